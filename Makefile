@@ -1,0 +1,38 @@
+# The commands a newcomer types. `make demo` crawls the bundled synthetic web; `make test` runs the tests.
+# Both install what is missing first (virtualenv, Python packages, Maven jars, Flink home) under .venv/ and .cache/.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test test-unit test-integration demo bench bench-udfs clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m crawler.cli install
+	@touch $(STAMP)
+
+# Every test, inside a loopback-only network namespace (see scripts/in-netns.sh).
+test: install
+	scripts/in-netns.sh $(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: install
+	scripts/in-netns.sh $(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: install
+	scripts/in-netns.sh $(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+demo: install
+	$(VENV)/bin/crawler demo
+
+bench-udfs: install
+	scripts/in-netns.sh $(PY) -m bench.run_udfs
+
+bench: bench-udfs
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis

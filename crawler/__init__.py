@@ -1,0 +1,1 @@
+"""The `crawler` command line: local stack, crawl submission, demo."""

@@ -1,0 +1,298 @@
+"""`crawler crawl` and `crawler demo`: submit the crawl job to the local stack, feed seeds, collect.
+
+A run is: bring the stack up (idempotent) → `flink run -d -py jobs/crawl.py` with the run's settings →
+seeds as `discovered` events on `crawl.frontier` → progress on the terminal → after `--duration`,
+stop with a savepoint → leave `warc/`, `pages.jsonl` and `summary.json` in `--out`.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from crawler import kafka_io
+from crawler.paths import CACHE, ROOT
+from crawler.stack import Stack, StackConfig
+from udfs.config import ConfigError, load_config
+from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_PAGES, encode
+from udfs.urls import host_key, normalize_url, url_fp
+
+JOB_FILE = ROOT / "jobs" / "crawl.py"
+_JOB_ID = re.compile(r"JobID ([0-9a-f]{32})")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One crawl run as the user asked for it."""
+
+    seeds: list[str]
+    out: Path
+    host_map: Path | None
+    allow_networks: list[str]
+    deny_networks: list[str]
+    config_file: Path | None
+    overrides: list[str]
+    duration_s: float | None
+
+
+def seed_events(urls: Iterable[str]) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """Seeds → one `discovered` event per host (key = host); also the lines that were not fetchable URLs."""
+    by_host: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    rejected: list[str] = []
+    for line in urls:
+        url = normalize_url(line.strip())
+        if url is None:
+            rejected.append(line.strip())
+            continue
+        by_host[host_key(url)].append({"url": url, "fp": url_fp(url), "depth": 0, "priority": 0, "source": "seed"})
+    events = [(host, encode({"v": SCHEMA_VERSION, "type": "discovered", "host": host, "urls": entries}))
+              for host, entries in by_host.items()]
+    return events, rejected
+
+
+def read_seed_file(path: Path) -> list[str]:
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines()]
+    return [ln for ln in lines if ln and not ln.startswith("#")]
+
+
+def run_overrides(spec: RunSpec) -> list[str]:
+    """The `--set` pairs a run adds to the user's: where WARC goes, the host map, the SSRF guard lists."""
+    pairs = [f'job.warc_root="{(spec.out / "warc").resolve()}"']
+    if spec.host_map:
+        pairs.append(f'fetch.host_map_file="{spec.host_map.resolve()}"')
+        pairs.append("fetch.resolve_dns=false")  # a mapped web is the whole web: nothing else resolves
+    if spec.allow_networks:
+        pairs.append("fetch.allow_cidrs=" + json.dumps(spec.allow_networks))
+    if spec.deny_networks:
+        pairs.append("fetch.deny_cidrs=" + json.dumps(spec.deny_networks))
+    return pairs + spec.overrides
+
+
+def submit(stack: Stack, spec: RunSpec, start_ms: int, job_name: str) -> str:
+    """`flink run -d -py jobs/crawl.py ...` against the local cluster; returns the Flink job id."""
+    overrides = run_overrides(spec)
+    text = spec.config_file.read_text(encoding="utf-8") if spec.config_file else ""
+    load_config(text, overrides)  # reject a bad configuration here, with its message, before Flink sees it
+    flink = stack.flink
+    cmd = [str(flink.home / "bin" / "flink"), "run", "-d", "-py", str(JOB_FILE), "--pyExecutable", sys.executable,
+           "--bootstrap", stack.kafka.bootstrap, "--job-name", job_name, "--start-timestamp-ms", str(start_ms),
+           "--python", sys.executable]
+    if spec.config_file:
+        cmd += ["--config", str(spec.config_file.resolve())]
+    for pair in overrides:
+        cmd += ["--set", pair]
+    proc = subprocess.run(cmd, env=flink.env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    found = _JOB_ID.search(proc.stdout + proc.stderr)
+    if proc.returncode != 0 or not found:
+        tail = (proc.stdout + proc.stderr)[-3000:]
+        raise RuntimeError(f"flink run failed (exit {proc.returncode}):\n{tail}")
+    return found.group(1)
+
+
+def stop_with_savepoint(stack: Stack, job_id: str, savepoints: Path) -> str | None:
+    """`flink stop --savepointPath DIR JOB`: drains the job and keeps its state; returns the savepoint path."""
+    flink = stack.flink
+    proc = subprocess.run([str(flink.home / "bin" / "flink"), "stop", "--savepointPath", f"file://{savepoints}",
+                           job_id], env=flink.env(), capture_output=True, text=True, timeout=300)
+    found = re.search(r"Savepoint completed\. Path: (\S+)", proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        print(f"warning: flink stop failed (exit {proc.returncode}); cancelling\n{proc.stderr[-1500:]}",
+              file=sys.stderr)
+        subprocess.run([str(flink.home / "bin" / "flink"), "cancel", job_id], env=flink.env(),
+                       capture_output=True, timeout=120)
+        return None
+    return found.group(1) if found else None
+
+
+def records_since(bootstrap: str, topic: str, since_ms: int, timeout_s: float = 30.0) -> list[tuple[bytes | None, bytes]]:
+    """Every record of `topic` written at or after `since_ms` (broker time), read to the current end."""
+    partitions = kafka_io.list_topics(bootstrap).get(topic, 0)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"crawler-collect-{uuid.uuid4().hex}",
+                         "enable.auto.commit": False, "enable.partition.eof": True,
+                         "fetch.message.max.bytes": 16 * 1024 * 1024})
+    try:
+        starts = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in range(partitions)],
+                                            timeout=timeout_s)
+        live = [tp for tp in starts if tp.offset >= 0]  # -1: nothing at or after since_ms
+        consumer.assign(live)
+        out: list[tuple[bytes | None, bytes]] = []
+        done: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while live and len(done) < len(live) and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    done.add(msg.partition())
+                    continue
+                raise RuntimeError(f"reading {topic}: {msg.error()}")
+            out.append((msg.key(), msg.value()))
+        return out
+    finally:
+        consumer.close()
+
+
+def summarize(pages: list[dict[str, Any]], frontier: list[dict[str, Any]], elapsed_s: float,
+              job_metrics: dict[str, float]) -> dict[str, Any]:
+    """The counters of `summary.json`, from what the run published."""
+    completions = [e for e in frontier if e.get("type") == "completion"]
+    robots = [e for e in frontier if e.get("type") == "robots"]
+    by_status = collections.Counter(str(e.get("http_status") or e.get("fetch_status")) for e in completions)
+    by_fetch_status = collections.Counter(e.get("fetch_status") for e in completions)
+    hashes = collections.Counter(p.get("content_hash") for p in pages)
+    return {
+        "elapsed_s": round(elapsed_s, 1),
+        "fetched": len(completions),
+        "robots_fetched": len(robots),
+        "published": len(pages),
+        "by_status": dict(sorted(by_status.items())),
+        "by_fetch_status": dict(sorted(by_fetch_status.items())),
+        "denied_by_robots": int(job_metrics.get("dropped_robots_disallowed", 0)),
+        "duplicates": sum(n - 1 for n in hashes.values() if n > 1),
+        "near_duplicates": sum(1 for p in pages if p.get("near_duplicate_of")),
+        "bytes": sum(int(e.get("bytes") or 0) for e in completions),
+        "pages_per_s": round(len(completions) / elapsed_s, 2) if elapsed_s > 0 else 0.0,
+        "job_metrics": job_metrics,
+    }
+
+
+def frontier_metrics(stack: Stack, job_id: str) -> dict[str, float]:
+    """The frontier operator's counters from the REST API (summed over subtasks); {} when unavailable."""
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    base = stack.flink.rest_url
+    try:
+        with opener.open(f"{base}/jobs/{job_id}", timeout=5) as resp:
+            vertices = json.loads(resp.read())["vertices"]
+        found: dict[str, float] = {}
+        for vertex in vertices:
+            if "frontier" not in vertex["name"].lower():
+                continue
+            with opener.open(f"{base}/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics", timeout=5) as resp:
+                names = [m["id"] for m in json.loads(resp.read()) if ".frontier." in m["id"]]
+            if not names:
+                continue
+            query = ",".join(names)
+            with opener.open(f"{base}/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics?get={query}&agg=sum",
+                             timeout=5) as resp:
+                for metric in json.loads(resp.read()):
+                    found[metric["id"].rsplit(".", 1)[-1]] = float(metric.get("sum", 0))
+        return found
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def job_state(stack: Stack, job_id: str) -> str:
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"{stack.flink.rest_url}/jobs/{job_id}", timeout=5) as resp:
+            return json.loads(resp.read()).get("state", "UNKNOWN")
+    except (OSError, ValueError):
+        return "UNREACHABLE"
+
+
+def run(spec: RunSpec, stack: Stack, progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """One crawl run end to end; returns the summary (also written to `out/summary.json`)."""
+    spec.out.mkdir(parents=True, exist_ok=True)
+    (spec.out / "warc").mkdir(exist_ok=True)
+    events, rejected = seed_events(spec.seeds)
+    if not events:
+        raise ValueError(f"no fetchable seed URL among {len(spec.seeds)} line(s); first rejected: {rejected[:3]}")
+    for line in rejected:
+        progress(f"seed rejected (not a fetchable http(s) URL): {line!r}")
+    progress("stack: starting Kafka and Flink if they are not running ...")
+    stack.up()
+    start_ms = int(time.time() * 1000)
+    job_id = submit(stack, spec, start_ms, job_name=f"crawl {spec.out.name}")
+    progress(f"job {job_id} submitted; dashboard: {stack.flink.rest_url}/#/job/running/{job_id}/overview")
+    kafka_io.produce(stack.kafka.bootstrap, TOPIC_FRONTIER, events)
+    progress(f"{sum(len(json.loads(v)['urls']) for _, v in events)} seed URL(s) on {len(events)} host(s) "
+             f"sent to {TOPIC_FRONTIER}")
+    started = time.monotonic()
+    metrics: dict[str, float] = {}
+    deadline = started + spec.duration_s if spec.duration_s else None
+    while deadline is None or time.monotonic() < deadline:
+        time.sleep(5.0 if deadline is None else max(0.0, min(5.0, deadline - time.monotonic())))
+        state = job_state(stack, job_id)
+        metrics = frontier_metrics(stack, job_id) or metrics
+        progress(f"[{time.monotonic() - started:6.0f} s] job {state}; released {int(metrics.get('released', 0))}, "
+                 f"admitted {int(metrics.get('admitted', 0))}, robots-denied {int(metrics.get('dropped_robots_disallowed', 0))}")
+        if state in ("FAILED", "CANCELED", "FINISHED"):
+            raise RuntimeError(f"job {job_id} is {state}; see {stack.flink.state_dir / 'log'}")
+        if deadline is None:
+            continue
+    elapsed = time.monotonic() - started
+    metrics = frontier_metrics(stack, job_id) or metrics
+    savepoint = stop_with_savepoint(stack, job_id, (spec.out / "savepoints").resolve())
+    progress(f"job stopped after {elapsed:.0f} s; savepoint: {savepoint}")
+    pages = [json.loads(v) for _, v in records_since(stack.kafka.bootstrap, TOPIC_PAGES, start_ms)]
+    frontier = [json.loads(v) for _, v in records_since(stack.kafka.bootstrap, TOPIC_FRONTIER, start_ms)]
+    with (spec.out / "pages.jsonl").open("w", encoding="utf-8") as fh:
+        for page in pages:
+            fh.write(json.dumps(page, ensure_ascii=False) + "\n")
+    summary = summarize(pages, frontier, elapsed, metrics)
+    summary.update(job_id=job_id, savepoint=savepoint, seeds=len(spec.seeds))
+    (spec.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def _spec_from_args(args: argparse.Namespace) -> RunSpec:
+    return RunSpec(seeds=read_seed_file(args.seeds), out=args.out, host_map=args.host_map,
+                   allow_networks=args.allow_network, deny_networks=args.deny_network,
+                   config_file=args.config, overrides=args.overrides, duration_s=args.duration)
+
+
+def _cmd_crawl(args: argparse.Namespace) -> int:
+    try:
+        spec = _spec_from_args(args)
+    except OSError as exc:
+        raise ValueError(f"cannot read seeds: {exc}") from None
+    try:
+        summary = run(spec, Stack(StackConfig()))
+    except ConfigError as exc:
+        raise ValueError(f"bad configuration: {exc}") from None
+    print(json.dumps({k: v for k, v in summary.items() if k != "job_metrics"}, indent=1))
+    print(f"WARC files: {spec.out / 'warc'}; pages: {spec.out / 'pages.jsonl'}; summary: {spec.out / 'summary.json'}")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from crawler.demo import demo
+
+    return demo(hosts=args.hosts, duration_s=args.duration, out=args.out)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    crawl = subparsers.add_parser("crawl", help="run a crawl on the local stack")
+    crawl.add_argument("--seeds", type=Path, required=True, help="file of seed URLs, one per line")
+    crawl.add_argument("--host-map", type=Path, help="file of 'hostname ip' lines resolved before DNS")
+    crawl.add_argument("--allow-network", action="append", default=[], metavar="CIDR",
+                       help="re-admit a range the SSRF guard blocks by default (repeatable)")
+    crawl.add_argument("--deny-network", action="append", default=[], metavar="CIDR",
+                       help="refuse a range (repeatable; deny wins over allow)")
+    crawl.add_argument("--config", type=Path, help="TOML file of configuration overrides")
+    crawl.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    crawl.add_argument("--duration", type=float, help="stop (with a savepoint) after this many seconds")
+    crawl.add_argument("--out", type=Path, required=True, help="folder for warc/, pages.jsonl, summary.json")
+    crawl.set_defaults(func=_cmd_crawl)
+
+    demo = subparsers.add_parser("demo", help="crawl the bundled synthetic web on this machine")
+    demo.add_argument("--hosts", type=int, default=200, help="hosts in the synthetic web")
+    demo.add_argument("--duration", type=float, default=90.0, help="seconds of crawling")
+    demo.add_argument("--out", type=Path, default=CACHE.parent / "out" / "demo")
+    demo.set_defaults(func=_cmd_demo)

@@ -1,0 +1,196 @@
+"""A Flink standalone session cluster (one JobManager, one TaskManager) run from the pip distribution.
+
+The pip package (`apache-flink`) carries a whole Flink, but its `lib/` lacks two things we need, and
+site-packages is not ours to change. So we build a cluster home under .cache (`flink-home/`):
+`bin/` copied (the scripts find FLINK_HOME from their own real location), `opt/` and `plugins/`
+linked to the distribution's, and a real `lib/` of links to the distribution's jars plus `opt/flink-python-*.jar` (without
+it a second thread-mode job on a TaskManager fails in pemja, ARCHITECTURE.md §4) plus the Kafka
+connector from `java/flink-connectors/pom.xml`. Each stack renders its own conf dir from
+`flink-conf/config.yaml` (docs/decisions/0600-flink-conf-template.md); the home's `conf/` is the
+default stack's, so a bare `<home>/bin/flink run -py job.py` talks to the cluster `crawler up` started.
+
+JobManager and TaskManager are started with `start-foreground` under our own pid files, which `exec`s
+into the JVM, so the pid we record is the JVM's (docs/decisions/0602-stack-process-tracking.md).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from crawler import maven
+from crawler.daemon import Daemon
+from crawler.paths import CACHE, ROOT
+
+HOME = CACHE / "flink-home"
+DEFAULT_STATE = CACHE / "stack" / "flink"
+TEMPLATE_DIR = ROOT / "flink-conf"
+DEFAULT_REST_PORT = 8081
+# Logging configs the scripts expect in FLINK_CONF_DIR; the distribution's are fine as they are.
+# The dashboard is on loopback: an http_proxy from the environment must not be asked for it.
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_COPIED_CONF = ("log4j.properties", "log4j-cli.properties", "log4j-console.properties",
+                "log4j-session.properties", "logback.xml", "logback-console.xml", "logback-session.xml")
+
+
+class FlinkClusterError(RuntimeError):
+    """The cluster could not be built, started or reached; the message points at its logs."""
+
+
+def pyflink_dir() -> Path:
+    """The pip distribution's Flink (site-packages/pyflink), found without importing pyflink."""
+    spec = importlib.util.find_spec("pyflink")
+    if spec is None or not spec.submodule_search_locations:
+        raise FlinkClusterError("pyflink is not installed in this interpreter (pip install apache-flink)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def build_home(home: Path = HOME) -> Path:
+    """Build (or refresh) the cluster home: bin copied, opt/plugins linked, lib with the extra jars,
+    and conf/ rendered for the default stack. Resolves the connector jars with Maven (network on first
+    use only). A home already built from the same parts is left as it is (a running cluster uses it)."""
+    dist = pyflink_dir()
+    connectors = sorted(maven.jar_dir("flink-connectors").glob("*.jar"))
+    stamp = home / ".built-from"
+    # What the home is made of: rebuilding is skipped while it would come out the same.
+    recipe = "\n".join([str(dist), _venv_python(), *(str(j) for j in connectors),
+                        (TEMPLATE_DIR / "config.yaml").read_text()])
+    if stamp.is_file() and stamp.read_text() == recipe and (home / "bin" / "flink").is_file():
+        return home
+    home.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    shutil.rmtree(home / "bin", ignore_errors=True)
+    shutil.copytree(dist / "bin", home / "bin")
+    _relink(home / "plugins", dist / "plugins")
+    # The client finds flink-python in opt/ with a file-tree walk that does not follow a linked
+    # directory ("Found 0 flink-python jar"): opt/ is a real folder of linked files.
+    _clear(home / "opt")
+    shutil.copytree(dist / "opt", home / "opt", copy_function=os.symlink)
+    lib = home / "lib"
+    shutil.rmtree(lib, ignore_errors=True)
+    lib.mkdir()
+    extra = [*sorted((dist / "opt").glob("flink-python-*.jar")), *connectors]
+    for jar in [*sorted((dist / "lib").glob("*.jar")), *extra]:
+        (lib / jar.name).symlink_to(jar)
+    render_conf(home / "conf", DEFAULT_STATE)
+    stamp.write_text(recipe)
+    return home
+
+
+def render_conf(conf_dir: Path, state_dir: Path, *, rest_port: int = DEFAULT_REST_PORT,
+                python: str | None = None) -> Path:
+    """Write the effective conf dir: flink-conf/config.yaml with its placeholders replaced by absolute
+    paths (state folder, virtualenv python, REST port) plus the distribution's logging configs."""
+    python = python or _venv_python()
+    text = (TEMPLATE_DIR / "config.yaml").read_text()
+    for placeholder, value in (("{{STATE}}", str(state_dir.resolve())), ("{{PYTHON}}", python),
+                               ("{{REST_PORT}}", str(rest_port))):
+        text = text.replace(placeholder, value)
+    left = re.search(r"\{\{\w+\}\}", text)
+    if left:
+        raise FlinkClusterError(f"flink-conf/config.yaml has an unknown placeholder {left.group()}")
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    (conf_dir / "config.yaml").write_text(text)
+    dist_conf = pyflink_dir() / "conf"
+    for name in _COPIED_CONF:
+        shutil.copyfile(dist_conf / name, conf_dir / name)
+    (conf_dir / "masters").write_text(f"localhost:{rest_port}\n")
+    (conf_dir / "workers").write_text("localhost\n")
+    return conf_dir
+
+
+def flink_bin(home: Path = HOME) -> Path:
+    """Path of the cluster's `bin/flink` (building the home on first use), e.g. for
+    `[flink_bin(), "run", "-py", "jobs/crawl.py"]`; pair it with `FlinkCluster.env()` for a stack
+    other than the default one."""
+    return build_home(home) / "bin" / "flink"
+
+
+def _venv_python() -> str:
+    # The interpreter running us is the project's virtualenv one (`.venv/bin/crawler`, pytest).
+    return str(Path(sys.executable).absolute())
+
+
+def _clear(path: Path) -> None:
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+    elif path.is_dir():
+        shutil.rmtree(path)
+
+
+def _relink(link: Path, target: Path) -> None:
+    _clear(link)
+    link.symlink_to(target, target_is_directory=True)
+
+
+class FlinkCluster:
+    """One JobManager and one TaskManager whose conf, logs, pids and checkpoints live in `state_dir`."""
+
+    def __init__(self, state_dir: Path = DEFAULT_STATE, *, home: Path = HOME,
+                 rest_port: int = DEFAULT_REST_PORT) -> None:
+        self.state_dir = Path(state_dir).resolve()
+        self.home = home
+        self.rest_port = rest_port
+        self.conf_dir = self.state_dir / "conf"
+        run = self.state_dir / "run"
+        log = self.state_dir / "log"
+        self.jobmanager = Daemon("flink-jobmanager", run / "jobmanager.pid", log / "jobmanager.console")
+        self.taskmanager = Daemon("flink-taskmanager", run / "taskmanager.pid", log / "taskmanager.console")
+
+    @property
+    def rest_url(self) -> str:
+        """The REST API and dashboard."""
+        return f"http://localhost:{self.rest_port}"
+
+    def env(self) -> dict[str, str]:
+        """The environment for Flink's scripts (`bin/flink`, jobmanager.sh) aimed at this cluster."""
+        env = dict(os.environ)
+        env.update(FLINK_CONF_DIR=str(self.conf_dir), FLINK_LOG_DIR=str(self.state_dir / "log"),
+                   FLINK_PID_DIR=str(self.state_dir / "run"))
+        # A FLINK_HOME from the caller's shell would point the scripts at another distribution.
+        env.pop("FLINK_HOME", None)
+        return env
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Start whichever of JobManager and TaskManager is not running, then wait until the REST API
+        reports a registered TaskManager. A cluster already up is left alone."""
+        if self.jobmanager.pid() is None and self.taskmanager.pid() is None:
+            if self.overview(timeout_s=1.0) is not None:
+                raise FlinkClusterError(f"another Flink already answers on {self.rest_url}")
+            flink_bin(self.home)
+            render_conf(self.conf_dir, self.state_dir, rest_port=self.rest_port)
+        bin_dir = self.home / "bin"
+        if self.jobmanager.pid() is None:
+            self.jobmanager.spawn([str(bin_dir / "jobmanager.sh"), "start-foreground"], env=self.env())
+        if self.taskmanager.pid() is None:
+            self.taskmanager.spawn([str(bin_dir / "taskmanager.sh"), "start-foreground"], env=self.env())
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for daemon in (self.jobmanager, self.taskmanager):
+                if daemon.pid() is None:
+                    raise FlinkClusterError(f"{daemon.name} exited while starting; see {self.state_dir / 'log'}")
+            overview = self.overview(timeout_s=2.0)
+            if overview and overview.get("taskmanagers", 0) >= 1:
+                return
+            time.sleep(0.5)
+        raise FlinkClusterError(f"Flink not ready on {self.rest_url} after {timeout_s} s; "
+                                f"see {self.state_dir / 'log'}")
+
+    def stop(self, timeout_s: float = 30.0) -> list[str]:
+        """Stop the TaskManager, then the JobManager we started; returns the names stopped."""
+        return [d.name for d in (self.taskmanager, self.jobmanager) if d.stop(timeout_s)]
+
+    def overview(self, timeout_s: float = 5.0) -> dict[str, object] | None:
+        """The REST API's /overview (taskmanagers, slots, jobs running...), or None if nothing answers."""
+        try:
+            with _NO_PROXY.open(f"{self.rest_url}/overview", timeout=timeout_s) as resp:
+                return json.loads(resp.read())
+        except (urllib.error.URLError, OSError, ValueError):
+            return None

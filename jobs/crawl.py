@@ -1,0 +1,214 @@
+"""The crawl job: Kafka `crawl.frontier` → frontier (keyed by host) → fetch → parse → WARC → Kafka.
+
+Submitted with `flink run -py jobs/crawl.py --bootstrap HOST:PORT ...` (see `crawler crawl`), or run
+in process on a MiniCluster by tests through `build_pipeline`, which takes its sources and sinks so a
+test can run the real graph (ARCHITECTURE.md §1; STYLE.md "whole dataflows testable in process").
+
+Flink 2.x has no iterations, so the loop closes through Kafka: the WARC writer's completions and
+discoveries and the fetcher's robots results go back to `crawl.frontier`, keyed by host.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from pyflink.common import Configuration, Row, Types, WatermarkStrategy
+from pyflink.common.serialization import SimpleStringSchema
+from pyflink.datastream import DataStream, StreamExecutionEnvironment
+from pyflink.datastream.connectors.kafka import (
+    KafkaOffsetResetStrategy,
+    KafkaOffsetsInitializer,
+    KafkaSource,
+)
+from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
+from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescriptor
+
+from operators.fetch import fetch_stage
+from operators.frontier import FrontierFunction
+from udfs.config import CrawlConfig, ConfigError, load_config
+from udfs.records import (
+    ALL_TOPICS,
+    TOPIC_FRONTIER,
+    TOPIC_STATUS,
+    ContractError,
+    decode_frontier_event,
+    encode,
+)
+
+# (topic, key, value) triples: what every branch of the graph hands to the sinks.
+OUT_TYPE = Types.TUPLE([Types.STRING(), Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+EVENT_TYPE = Types.PICKLED_BYTE_ARRAY()
+
+
+@dataclasses.dataclass(frozen=True)
+class Sources:
+    """Builds the stream of raw `crawl.frontier` values (JSON text)."""
+
+    frontier: Callable[[StreamExecutionEnvironment], DataStream]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sinks:
+    """Takes the stream of (topic, key, value) triples and writes it out."""
+
+    emit: Callable[[StreamExecutionEnvironment, DataStream], None]
+
+
+def set_python_mode(env: StreamExecutionEnvironment, mode: str) -> None:
+    """Python operators take the execution mode in force when they are added (ARCHITECTURE.md §4):
+    keyed state is ~10× faster in `thread` mode; the async fetcher needs `process` mode."""
+    env.configure(Configuration().set_string("python.execution-mode", mode))
+
+
+class DecodeEvents(FlatMapFunction):
+    """Raw topic values → event dicts; a malformed value becomes a `crawl.status` reject, never a crash."""
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self.rejected = runtime_context.get_metrics_group().add_group("frontier").counter("events_rejected")
+
+    def flat_map(self, value: str) -> Iterator[dict[str, Any]]:
+        try:
+            yield {"kind": "event", "event": decode_frontier_event(value)}
+        except ContractError as exc:
+            self.rejected.inc()
+            yield {"kind": "reject", "reason": str(exc), "raw": value[:1000]}
+
+
+def _reject_to_status(item: dict[str, Any]) -> tuple[str, str, bytes]:
+    body = {"v": 1, "type": "rejected_event", "topic": TOPIC_FRONTIER, "reason": item["reason"], "raw": item["raw"]}
+    return (TOPIC_STATUS, "rejected", encode(body))
+
+
+def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sinks, config: CrawlConfig) -> None:
+    """Add the whole crawl graph to `env`; every operator is named and has a stable uid."""
+    job = config.job
+    env.set_max_parallelism(job.max_parallelism)
+    env.set_parallelism(job.parallelism)
+    env.enable_checkpointing(job.checkpoint_interval_ms)
+
+    set_python_mode(env, "thread")
+    decoded = (sources.frontier(env)
+               .flat_map(DecodeEvents(), output_type=EVENT_TYPE).uid("decode-events").name("decode events"))
+    rejects = (decoded.filter(lambda item: item["kind"] == "reject").uid("rejects").name("rejected events")
+               .map(_reject_to_status, output_type=OUT_TYPE).uid("rejects-to-status").name("rejects to status"))
+    requests = (decoded.filter(lambda item: item["kind"] == "event").uid("events").name("valid events")
+                .map(lambda item: item["event"], output_type=EVENT_TYPE).uid("unwrap-events").name("unwrap events")
+                .key_by(lambda event: event["host"], key_type=Types.STRING())
+                .process(FrontierFunction(config.frontier, config.politeness, config.robots), output_type=EVENT_TYPE)
+                .uid("frontier").name("frontier"))
+
+    set_python_mode(env, "process")
+    fetched = fetch_stage(requests, config.fetch, job.fetch_capacity, job.warc_root,
+                          extract_policy=config.extract)
+    fetched = fetched.map(lambda t: t, output_type=OUT_TYPE).uid("fetch-out").name("fetch out")
+    set_python_mode(env, "thread")
+
+    sinks.emit(env, fetched.union(rejects))
+
+
+def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None) -> Sources:
+    """`crawl.frontier` from Kafka. A fresh job starts at `start_ms` (records produced from then on)
+    or else at the group's committed offsets, else the earliest record; a job restored from a
+    savepoint or checkpoint resumes at the offsets stored in it, whatever these say."""
+
+    def build(env: StreamExecutionEnvironment) -> DataStream:
+        start = (KafkaOffsetsInitializer.timestamp(start_ms) if start_ms is not None
+                 else KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
+        source = (KafkaSource.builder()
+                  .set_bootstrap_servers(bootstrap)
+                  .set_topics(TOPIC_FRONTIER)
+                  .set_group_id(group_id)
+                  .set_starting_offsets(start)
+                  .set_value_only_deserializer(SimpleStringSchema())
+                  .set_property("partition.discovery.interval.ms", "10000")
+                  .build())
+        return (env.from_source(source, WatermarkStrategy.no_watermarks(), "crawl.frontier")
+                .uid("frontier-source"))
+
+    return Sources(frontier=build)
+
+
+def kafka_sinks(bootstrap: str, topics: Sequence[str] = ALL_TOPICS) -> Sinks:
+    """One keyed Kafka sink per topic. The Table API's Kafka connector writes a chosen column as the
+    record key (`key.fields`), which the DataStream KafkaSink cannot do from Python: `crawl.frontier`
+    is keyed by host and `pages.parsed` by url_fp, so each topic's partitions follow its key."""
+
+    def emit(env: StreamExecutionEnvironment, triples: DataStream) -> None:
+        t_env = StreamTableEnvironment.create(env)
+        statements = t_env.create_statement_set()
+        for topic in topics:
+            name = "sink_" + topic.replace(".", "_")
+            t_env.create_temporary_table(name, TableDescriptor.for_connector("kafka")
+                                         .schema(Schema.new_builder()
+                                                 .column("k", DataTypes.STRING())
+                                                 .column("v", DataTypes.BYTES())
+                                                 .build())
+                                         .option("topic", topic)
+                                         .option("properties.bootstrap.servers", bootstrap)
+                                         .option("properties.max.request.size", str(16 * 1024 * 1024))
+                                         .option("key.format", "raw")
+                                         .option("key.fields", "k")
+                                         .option("value.format", "raw")
+                                         .option("value.fields-include", "EXCEPT_KEY")
+                                         .option("sink.delivery-guarantee", "at-least-once")
+                                         .build())
+            rows = (triples.filter(lambda t, topic=topic: t[0] == topic).uid(f"to-{topic}").name(f"to {topic}")
+                    .map(lambda t: Row(t[1], bytes(t[2])),
+                         output_type=Types.ROW_NAMED(["k", "v"], [Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())]))
+                    .uid(f"rows-{topic}").name(f"rows for {topic}"))
+            statements.add_insert(name, t_env.from_data_stream(rows))
+        statements.attach_as_datastream()
+
+    return Sinks(emit=emit)
+
+
+def configure_env(env: StreamExecutionEnvironment, config: CrawlConfig, python_executable: str | None) -> None:
+    """Settings the Python operators need whatever the cluster's own configuration says."""
+    conf = Configuration()
+    conf.set_string("python.fn-execution.bundle.time", str(config.job.bundle_time_ms))
+    conf.set_string("python.fn-execution.bundle.size", str(config.job.bundle_size))
+    if python_executable:
+        conf.set_string("python.executable", python_executable)
+        conf.set_string("python.client.executable", python_executable)
+    env.configure(conf)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="jobs/crawl.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port")
+    parser.add_argument("--config", type=Path, help="TOML file of overrides (see `crawler config --defaults`)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    parser.add_argument("--job-name", default="crawl")
+    parser.add_argument("--start-timestamp-ms", type=int,
+                        help="a fresh job reads crawl.frontier from this time on (ignored on restore)")
+    parser.add_argument("--python", help="Python interpreter of the workers (default: the cluster's setting)")
+    return parser.parse_args(argv)
+
+
+def load_job_config(config_file: Path | None, overrides: list[str]) -> CrawlConfig:
+    text = config_file.read_text(encoding="utf-8") if config_file else ""
+    return load_config(text, overrides)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        config = load_job_config(args.config, args.overrides)
+    except (ConfigError, OSError) as exc:
+        print(f"crawl job: bad configuration: {exc}", file=sys.stderr)
+        return 2
+    env = StreamExecutionEnvironment.get_execution_environment()
+    configure_env(env, config, args.python)
+    build_pipeline(env, kafka_source(args.bootstrap, config.job.group_id, args.start_timestamp_ms), kafka_sinks(args.bootstrap), config)
+    print(json.dumps({"submitting": args.job_name, "config": config.as_dict()["job"]}), flush=True)
+    env.execute(args.job_name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Flink functions: keyed process functions, the async fetcher and sinks. Thin: they delegate to udfs."""

@@ -1,0 +1,416 @@
+"""The fetcher: a PyFlink AsyncFunction that turns each FetchRequest into one FetchResult.
+
+Pipeline position (ARCHITECTURE.md §1): frontier → **fetch** → parse / WARC (pages) or crawl.frontier
+(robots). Per request: resolve the host (static pins, then DNS through the event loop, cached with a
+bounded TTL and negative caching) → SSRF guard on every address (`udfs.netguard`) → one GET (pages never
+follow redirects; robots.txt follows up to `robots_max_redirects`, each hop resolved and guarded again)
+→ limits while reading. The connection is made to the guarded address itself: aiohttp asks our
+resolver, which answers only with addresses it has just checked, so DNS rebinding cannot swap them.
+
+Every outcome, limit or failure is a FetchResult with a status and reason; nothing raises out of
+`async_invoke`. Not keyed: the frontier releases at most one request per host (politeness is upstream).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import ipaddress
+import json
+import socket
+import time
+import zlib
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+import brotli
+from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
+from pyflink.common import Time, Types
+from pyflink.datastream import AsyncDataStream, DataStream
+from pyflink.datastream.functions import AsyncFunction, RuntimeContext
+
+from operators.parse import ParseFunction, is_robots, robots_output
+from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
+from udfs.fetch_status import CappedDecoder, UnsupportedEncoding, fetch_result, header_value, redirect_target
+from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
+from udfs.links import ExtractPolicy
+from udfs.netguard import FetchPolicy, normalize_hostname, parse_host_map
+from udfs.records import FetchRequest, FetchResult, FetchStatus
+from udfs.warc import WarcPolicy
+
+ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
+ACCEPT_ENCODING = "gzip, deflate, br"
+_CHUNK = 64 * 1024
+
+
+class ResolveFailure(Exception):
+    """A host could not be turned into guarded addresses: DNS_ERROR or BLOCKED, with the reason."""
+
+    def __init__(self, status: FetchStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class _Refused(OSError):
+    """Raised to aiohttp by the resolver; carries the status so the fetcher can report it."""
+
+    def __init__(self, failure: ResolveFailure) -> None:
+        super().__init__(failure.reason)
+        self.status = failure.status
+
+
+class GuardedResolver(AbstractResolver):
+    """Host → addresses that passed the SSRF guard; also the aiohttp connector's only resolver.
+
+    Static pins win over DNS. DNS answers (and failures) are cached in a bounded LRU for
+    `dns_ttl_s` (`dns_negative_ttl_s`); every answer is re-checked against the guard on each use.
+    A name with any refused address is refused as a whole (fail closed).
+    """
+
+    def __init__(self, policy: FetchPolicy, pins: dict[str, tuple[str, ...]],
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._policy = policy
+        self._pins = pins
+        self._monotonic = monotonic
+        self._cache: collections.OrderedDict[str, tuple[float, tuple[str, ...] | str]] = collections.OrderedDict()
+
+    async def addresses(self, host: str) -> tuple[str, ...]:
+        """Guarded addresses for `host` (a name or an IP literal); raises ResolveFailure."""
+        literal = _ip_literal(host)
+        candidates = (literal,) if literal else await self._lookup(host)
+        for address in candidates:
+            verdict = self._policy.classify(address)
+            if not verdict.allowed:
+                raise ResolveFailure(FetchStatus.BLOCKED, f"{host}: {verdict.reason}")
+        return candidates
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        """aiohttp's hook: the first guarded address (the one the fetcher records), else OSError.
+
+        One address, not all: the WARC record must name the address actually used, and aiohttp
+        does not expose the peer once a short response has released its connection.
+        """
+        try:
+            address = (await self.addresses(host))[0]
+        except ResolveFailure as failure:
+            raise _Refused(failure) from None
+        return [ResolveResult(hostname=host, host=address, port=port, proto=0, flags=socket.AI_NUMERICHOST,
+                              family=socket.AF_INET6 if ":" in address else socket.AF_INET)]
+
+    async def close(self) -> None:
+        """Nothing to release: the cache is plain memory."""
+
+    async def _lookup(self, host: str) -> tuple[str, ...]:
+        name = normalize_hostname(host)
+        if name is None:
+            raise ResolveFailure(FetchStatus.DNS_ERROR, f"{host!r} is not a valid host name")
+        if name in self._pins:
+            return self._pins[name]
+        now = self._monotonic()
+        cached = self._cache.get(name)
+        if cached is not None and cached[0] > now:
+            self._cache.move_to_end(name)
+            if isinstance(cached[1], str):
+                raise ResolveFailure(FetchStatus.DNS_ERROR, cached[1])
+            return cached[1]
+        if not self._policy.resolve_dns:
+            raise ResolveFailure(FetchStatus.DNS_ERROR, f"{name} is not in the host map and DNS is off")
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
+            answer: tuple[str, ...] | str = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+            ttl = self._policy.dns_ttl_s
+        except OSError as exc:
+            answer, ttl = f"{name}: {exc.strerror or exc}", self._policy.dns_negative_ttl_s
+        self._cache[name] = (now + ttl, answer)
+        self._cache.move_to_end(name)
+        while len(self._cache) > self._policy.dns_cache_size:
+            self._cache.popitem(last=False)
+        if isinstance(answer, str):
+            raise ResolveFailure(FetchStatus.DNS_ERROR, answer)
+        return answer
+
+
+def _ip_literal(host: str) -> str | None:
+    try:
+        return str(ipaddress.ip_address(host.strip("[]")))
+    except ValueError:
+        return None
+
+
+@dataclasses.dataclass
+class _Exchange:
+    """What one hop has received so far, so a deadline can still return the partial response."""
+
+    url: str
+    ip: str | None = None
+    http_status: int | None = None
+    http_reason: str = ""
+    http_version: str = ""
+    headers: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    request_headers: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    body: bytearray = dataclasses.field(default_factory=bytearray)
+    truncated: str | None = None
+
+
+class Fetcher:
+    """Fetches FetchRequests with aiohttp under a FetchPolicy; usable with or without Flink."""
+
+    def __init__(self, policy: FetchPolicy, pins: dict[str, tuple[str, ...]] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._policy = policy
+        self._resolver = GuardedResolver(policy, pins if pins is not None else policy.static_pins)
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+
+    def _session_in_loop(self) -> aiohttp.ClientSession:
+        # Built on first use: the session binds to the running loop, which does not exist in open().
+        if self._session is None:
+            policy = self._policy
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(resolver=self._resolver, use_dns_cache=False,
+                                               force_close=True, limit=0, ssl=policy.verify_tls),
+                cookie_jar=aiohttp.DummyCookieJar(),
+                timeout=aiohttp.ClientTimeout(total=None, connect=None,
+                                              sock_connect=policy.connect_timeout_s,
+                                              sock_read=policy.first_byte_timeout_s),
+                auto_decompress=False, trust_env=False,
+                max_line_size=policy.max_header_bytes, max_field_size=policy.max_header_bytes,
+                max_headers=policy.max_header_count,
+                headers={"User-Agent": policy.user_agent, "Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},
+            )
+        return self._session
+
+    async def close(self) -> None:
+        """Close the HTTP session (call from inside the loop that used it)."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def detach(self) -> None:
+        """Forget the session without awaiting (its loop is gone); connections are never pooled."""
+        if self._session is not None:
+            self._session.detach()
+            self._session = None
+
+    async def fetch(self, request: FetchRequest) -> FetchResult:
+        """One FetchResult for `request`; never raises (fetch limits, ARCHITECTURE.md §7)."""
+        started = self._clock()
+        hops = [_Exchange(url=str(request.get("url", "")))]
+        try:
+            async with asyncio.timeout(self._policy.total_timeout_s):
+                return await self._fetch_hops(request, hops, started)
+        except TimeoutError:
+            exchange = hops[-1]
+            reason = f"total time over {self._policy.total_timeout_s:g} s"
+            return self._result(request, FetchStatus.TIMEOUT, reason, exchange, started,
+                                truncated="time" if exchange.http_status is not None else None)
+        except Exception as exc:  # noqa: BLE001 - errors are data: one record per request, never a task failure
+            return self._result(request, FetchStatus.ERROR, f"{type(exc).__name__}: {exc}", hops[-1], started)
+
+    async def _fetch_hops(self, request: FetchRequest, hops_seen: list[_Exchange], started: float) -> FetchResult:
+        robots = request.get("kind") == "robots"
+        max_hops = self._policy.robots_max_redirects if robots else 0
+        url = request["url"]
+        for hop in range(max_hops + 1):
+            exchange = _Exchange(url=url)
+            hops_seen.append(exchange)
+            status, reason = await self._one_hop(request, exchange, robots)
+            target = redirect_target(url, exchange.http_status, exchange.headers) if robots else None
+            if status is not FetchStatus.OK or target is None:
+                return self._result(request, status, reason, exchange, started)
+            if hop == max_hops:
+                # Still the 3xx, status OK: RFC 9309 §2.3.1.2 lets the frontier treat it as "unavailable".
+                return self._result(request, FetchStatus.OK, f"more than {max_hops} redirects", exchange, started)
+            url = target
+        raise AssertionError("unreachable: the loop returns on its last hop")
+
+    async def _one_hop(self, request: FetchRequest, exchange: _Exchange, robots: bool) -> tuple[FetchStatus, str]:
+        policy = self._policy
+        url = URL(exchange.url)
+        if url.scheme not in ("http", "https") or not url.host:
+            return FetchStatus.ERROR, f"not an http(s) URL: {exchange.url!r}"
+        try:
+            exchange.ip = (await self._resolver.addresses(url.host))[0]
+        except ResolveFailure as failure:
+            return failure.status, failure.reason
+        headers = {}
+        if not robots and request.get("etag"):
+            headers["If-None-Match"] = str(request["etag"])
+        if not robots and request.get("last_modified"):
+            headers["If-Modified-Since"] = str(request["last_modified"])
+        try:
+            async with self._session_in_loop().get(url, headers=headers, allow_redirects=False) as response:
+                _record_head(exchange, response)
+                head_size = sum(len(k) + len(v) + 4 for k, v in response.raw_headers)
+                if head_size > policy.max_header_bytes:
+                    exchange.headers = []
+                    return FetchStatus.ERROR, f"header_too_large: response head {head_size} bytes over {policy.max_header_bytes}"
+                if (not robots and 200 <= response.status < 300
+                        and not policy.content_type_allowed(header_value(exchange.headers, "content-type"))):
+                    return FetchStatus.BAD_CONTENT_TYPE, f"content type {header_value(exchange.headers, 'content-type')!r} not allowed"
+                cap = policy.robots_max_bytes if robots else policy.max_body_bytes
+                return await self._read_body(response, exchange, cap)
+        except aiohttp.ConnectionTimeoutError:
+            return FetchStatus.TIMEOUT, f"connect timeout after {policy.connect_timeout_s:g} s"
+        except aiohttp.SocketTimeoutError:
+            if exchange.http_status is None:
+                return FetchStatus.TIMEOUT, f"no response head within {policy.first_byte_timeout_s:g} s"
+            exchange.truncated = "time"
+            return FetchStatus.TIMEOUT, f"body stalled for {policy.first_byte_timeout_s:g} s"
+        except aiohttp.ClientConnectorDNSError as exc:
+            # Only reached if the answer changed since the pre-flight check (rebinding or expiry).
+            return getattr(exc.os_error, "status", FetchStatus.DNS_ERROR), str(exc.os_error)
+        except aiohttp.ClientResponseError as exc:
+            return FetchStatus.ERROR, f"{_head_problem(exc.message)}: {exc.message}"
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
+            if exchange.http_status is not None:
+                exchange.truncated = "disconnect"
+            return FetchStatus.CONN_ERROR, f"{type(exc).__name__}: {exc}"
+
+    async def _read_body(self, response: aiohttp.ClientResponse, exchange: _Exchange,
+                         cap: int) -> tuple[FetchStatus, str]:
+        policy = self._policy
+        try:
+            decoder = CappedDecoder(header_value(exchange.headers, "content-encoding"), policy.max_decoded_bytes)
+        except UnsupportedEncoding as exc:
+            return FetchStatus.ERROR, str(exc)
+        wire = 0
+        body_started = time.monotonic()
+        async for chunk in response.content.iter_chunked(_CHUNK):
+            if wire + len(chunk) > cap:
+                chunk = chunk[:cap - wire]
+                exchange.truncated = "length"
+            wire += len(chunk)
+            try:
+                exchange.body += decoder.feed(chunk)
+            except (zlib.error, brotli.error) as exc:
+                return FetchStatus.ERROR, f"corrupt {decoder.encoding} body: {exc}"
+            if exchange.truncated == "length":
+                return FetchStatus.TOO_LARGE, f"body over {cap} bytes"
+            if decoder.over_limit:
+                exchange.truncated = "length"
+                return FetchStatus.TOO_LARGE, f"decoded body over {policy.max_decoded_bytes} bytes"
+            elapsed = time.monotonic() - body_started
+            if policy.min_speed_bytes_per_s and elapsed >= policy.min_speed_grace_s \
+                    and wire / elapsed < policy.min_speed_bytes_per_s:
+                exchange.truncated = "time"
+                return FetchStatus.TOO_SLOW, f"{wire / elapsed:.0f} B/s under {policy.min_speed_bytes_per_s} B/s"
+        return FetchStatus.OK, ""
+
+    def _result(self, request: FetchRequest, status: FetchStatus, reason: str, exchange: _Exchange,
+                started: float, truncated: str | None = None) -> FetchResult:
+        keeps_body = status in (FetchStatus.OK, FetchStatus.TOO_LARGE, FetchStatus.TIMEOUT,
+                                FetchStatus.TOO_SLOW, FetchStatus.CONN_ERROR)
+        return fetch_result(
+            request, status, reason=reason, started_at=started, done_at=self._clock(), url=exchange.url,
+            http_status=exchange.http_status, http_reason=exchange.http_reason,
+            http_version=exchange.http_version, headers=exchange.headers,
+            request_headers=exchange.request_headers, body=bytes(exchange.body) if keeps_body else b"",
+            ip=exchange.ip, truncated=truncated or exchange.truncated,
+        )
+
+
+def _record_head(exchange: _Exchange, response: aiohttp.ClientResponse) -> None:
+    exchange.http_status = response.status
+    exchange.http_reason = response.reason or ""
+    exchange.http_version = f"{response.version.major}.{response.version.minor}" if response.version else ""
+    # latin-1 maps every byte to one code point, so the WARC writer can restore the exact bytes.
+    exchange.headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in response.raw_headers]
+    exchange.request_headers = [(k, v) for k, v in response.request_info.headers.items()]
+
+
+def _head_problem(message: str) -> str:
+    lowered = message.lower()
+    if "got more than" in lowered or "too many headers" in lowered or "too long" in lowered or "too large" in lowered:
+        return "header_too_large"
+    return "bad_response"
+
+
+def load_pins(policy: FetchPolicy) -> dict[str, tuple[str, ...]]:
+    """The policy's host map lines plus the host map file, if any (the file's lines come second)."""
+    text = "\n".join(policy.host_map)
+    if policy.host_map_file:
+        text += "\n" + Path(policy.host_map_file).read_text(encoding="utf-8")
+    return parse_host_map(text)
+
+
+_UNREADABLE = FetchRequest(host="", url="", fp=0, kind="page", lease_id="", depth=0, attempt=0)
+
+
+def as_request(value: Any) -> FetchRequest | None:
+    """A FetchRequest from a dict or its JSON text/bytes (the frontier may send either); None if unreadable."""
+    try:
+        if isinstance(value, (bytes, bytearray, str)):
+            value = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("url"), str):
+        return None
+    return value  # type: ignore[return-value]
+
+
+class FetchFunction(AsyncFunction):
+    """PyFlink async operator around `Fetcher` (process execution mode only)."""
+
+    def __init__(self, policy: FetchPolicy) -> None:
+        self._policy = policy
+        self._fetcher: Fetcher | None = None
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        self._fetcher = Fetcher(self._policy, load_pins(self._policy))
+
+    def close(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.detach()
+            self._fetcher = None
+
+    async def async_invoke(self, value: Any) -> list[FetchResult]:
+        assert self._fetcher is not None, "open() was not called"
+        request = as_request(value)
+        if request is None:
+            return [_failure(_UNREADABLE, FetchStatus.ERROR, f"unreadable request: {str(value)[:200]!r}")]
+        return [await self._fetcher.fetch(request)]
+
+    def timeout(self, value: Any) -> list[FetchResult]:
+        return [_failure(as_request(value) or _UNREADABLE, FetchStatus.TIMEOUT, "async operator deadline passed")]
+
+
+def _failure(request: FetchRequest, status: FetchStatus, reason: str) -> FetchResult:
+    now = time.time()
+    return fetch_result(request, status, reason=reason, started_at=now, done_at=now)
+
+
+FETCH_RESULT_TYPE = Types.PICKLED_BYTE_ARRAY()
+
+
+def add_fetch(requests: DataStream, policy: FetchPolicy, capacity: int) -> DataStream:
+    """Attach the fetcher to a stream of FetchRequests; the operator deadline leaves 5 s of slack."""
+    deadline_ms = int((policy.total_timeout_s + 5.0) * 1000)
+    return AsyncDataStream.unordered_wait(requests, FetchFunction(policy), Time.milliseconds(deadline_ms),
+                                          capacity, FETCH_RESULT_TYPE)
+
+
+def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_root: str,
+                extract_policy: ExtractPolicy = DEFAULT_EXTRACT_POLICY,
+                warc_settings: WarcFileSettings = WarcFileSettings(),
+                warc_policy: WarcPolicy = WarcPolicy()) -> DataStream:
+    """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
+
+    The graph of §1 from fetch to the two sinks: fetch → robots results (crawl.frontier), and
+    fetch → parse → WARC writer (pages.parsed + crawl.frontier). The async fetch operator needs the
+    `process` execution mode to be in force when this is called (ARCHITECTURE.md §4).
+    """
+    fetched = add_fetch(requests, policy, capacity).uid("fetch").name("fetch")
+    # PyFlink fuses consecutive Python functions into one operator, which keeps only one of their uids
+    # (a hash collision when the graph branches): hence flat_map rather than filter + map, and an
+    # unchained writer.
+    robots = (fetched.flat_map(lambda r: [robots_output(r, policy.robots_max_bytes)] if is_robots(r) else [],
+                               output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
+    pages = (fetched.flat_map(ParseFunction(extract_policy), output_type=FETCH_RESULT_TYPE).uid("parse").name("parse")
+             .process(WarcWriterFunction(warc_root, warc_settings, warc_policy), output_type=EVENT_TYPE)
+             .uid("warc-writer").name("warc writer").disable_chaining())
+    return robots.union(pages)

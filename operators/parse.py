@@ -1,0 +1,114 @@
+"""The parse step: a page FetchResult becomes a bundle of the result plus what the page says.
+
+Pipeline position (ARCHITECTURE.md §1): fetch → **parse** → WARC writer. Robots results never come
+here: `robots_event` turns them into `RobotsResult` events for crawl.frontier. Every decision is in
+`udfs` (`links.extract`, `simhash.simhash`, `fetch_status.is_complete_page`); this map only counts.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, TypedDict
+from collections.abc import Iterator
+
+from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
+
+from udfs.fetch_status import is_complete_page
+from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
+from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, FetchResult, RobotsResult, b64, encode
+from udfs.simhash import simhash
+
+
+class PageFacts(TypedDict):
+    """What the WARC writer publishes about a 200 page (plain values: it crosses a Flink edge)."""
+
+    title: str | None
+    lang: str | None
+    text: str
+    links: list[tuple[str, bool]]    # (normalised URL, nofollow)
+    canonical: str | None
+    refresh: str | None
+    noindex: bool
+    nofollow: bool
+    error: str | None
+
+
+class ParsedBundle(TypedDict):
+    result: FetchResult
+    content_hash: str | None       # "sha256:<hex>" of the stored payload; None without a response
+    simhash: int | None            # of the main text, for 200 pages
+    page: PageFacts | None         # None unless the result is a complete 200 page
+
+
+def content_hash(body: bytes) -> str:
+    """The `content_hash` of a payload (ARCHITECTURE.md §3): "sha256:" + hex digest."""
+    return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY) -> ParsedBundle:
+    """Hash, SimHash and extract one page result (§1 parse); never raises (extract reports errors as data)."""
+    has_response = result["http_status"] is not None
+    bundle = ParsedBundle(result=result, content_hash=content_hash(result["body"]) if has_response else None,
+                          simhash=None, page=None)
+    if not is_complete_page(result):
+        return bundle
+    url = result.get("url") or result["request"]["url"]
+    found = extract(url, result["headers"], result["body"], policy)
+    bundle["simhash"] = simhash(found.text)
+    bundle["page"] = PageFacts(
+        title=found.title, lang=found.lang, text=found.text,
+        links=[(link.url, link.nofollow) for link in found.links],
+        canonical=found.canonical, refresh=found.refresh,
+        noindex=found.robots.noindex, nofollow=found.robots.nofollow, error=found.error,
+    )
+    return bundle
+
+
+def robots_event(result: FetchResult, max_bytes: int) -> RobotsResult:
+    """The `RobotsResult` crawl.frontier event of a robots.txt fetch (ARCHITECTURE.md §3), body capped."""
+    request = result["request"]
+    return RobotsResult(
+        v=SCHEMA_VERSION, type="robots", host=request["host"], lease_id=request["lease_id"],
+        fetch_status=result["fetch_status"], http_status=result["http_status"],
+        fetched_at=result["done_at"], fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3),
+        body_b64=b64(result["body"][:max_bytes]),
+    )
+
+
+def robots_output(result: FetchResult, max_bytes: int) -> tuple[str, str, bytes]:
+    """`robots_event` as a (topic, key, value) record for the crawl.frontier sink."""
+    event = robots_event(result, max_bytes)
+    return TOPIC_FRONTIER, event["host"], encode(dict(event))
+
+
+def is_robots(result: FetchResult) -> bool:
+    """Whether `result` answers a robots.txt lease (routed to crawl.frontier, not to parse)."""
+    return result["request"].get("kind") == "robots"
+
+
+class ParseFunction(FlatMapFunction):
+    """Page FetchResult → ParsedBundle (robots results are skipped: they go to crawl.frontier).
+
+    Counts pages parsed, results not parsed, parser errors and links found.
+    """
+
+    def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY) -> None:
+        self._policy = policy
+        self._counters: dict[str, Any] = {}
+
+    def open(self, runtime_context: RuntimeContext) -> None:
+        group = runtime_context.get_metrics_group().add_group("parse")
+        self._counters = {name: group.counter(name) for name in ("pages", "skipped", "errors", "links")}
+
+    def flat_map(self, value: FetchResult) -> Iterator[ParsedBundle]:
+        if is_robots(value):
+            return
+        bundle = parse_result(value, self._policy)
+        page = bundle["page"]
+        if page is None:
+            self._counters["skipped"].inc()
+        else:
+            self._counters["pages"].inc()
+            self._counters["links"].inc(len(page["links"]))
+            if page["error"]:
+                self._counters["errors"].inc()
+        yield bundle

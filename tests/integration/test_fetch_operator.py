@@ -1,0 +1,487 @@
+"""The fetcher against real sockets on 127.x: limits, SSRF guard, redirects, and the Flink async operator.
+
+A raw asyncio HTTP server (so tests control every byte and every delay) runs in a background thread.
+Most behaviours are proved on `Fetcher` directly (fast); one MiniCluster job runs a batch of requests
+through `FetchFunction` in `process` mode to prove the operator wires the same behaviour into Flink.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+import socket
+import sys
+import threading
+import zlib
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+
+import brotli
+import pytest
+
+from operators.fetch import FetchFunction, Fetcher, GuardedResolver, ResolveFailure
+from udfs.fetch_status import header_value, redirect_target
+from udfs.netguard import FetchPolicy
+from udfs.records import FetchRequest, FetchStatus
+
+Writer = asyncio.StreamWriter
+Handler = Callable[[dict[str, str], Writer], Awaitable[None]]
+
+HOST_A, HOST_B, HOST_DENIED = "127.0.0.11", "127.0.0.12", "127.0.0.70"
+HTML = b"<html><head><title>t</title></head><body><a href='/next'>next</a></body></html>"
+BOMB_SIZE = 50 * 1024 * 1024
+
+
+def _head(status: str, headers: list[tuple[str, str]], length: int | None) -> bytes:
+    lines = [f"HTTP/1.1 {status}"] + [f"{k}: {v}" for k, v in headers]
+    if length is not None:
+        lines.append(f"Content-Length: {length}")
+    lines.append("Connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def reply(status: str = "200 OK", body: bytes = HTML, headers: tuple[tuple[str, str], ...] = (
+        ("Content-Type", "text/html; charset=utf-8"),)) -> Handler:
+    async def handle(request: dict[str, str], writer: Writer) -> None:
+        writer.write(_head(status, list(headers), len(body)) + body)
+    return handle
+
+
+def chunked(body: bytes, pieces: int = 4) -> Handler:
+    async def handle(request: dict[str, str], writer: Writer) -> None:
+        writer.write(_head("200 OK", [("Content-Type", "text/html"), ("Transfer-Encoding", "chunked")], None))
+        step = max(1, len(body) // pieces)
+        for i in range(0, len(body), step):
+            part = body[i:i + step]
+            writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+    return handle
+
+
+def delayed_head(delay: float) -> Handler:
+    async def handle(request: dict[str, str], writer: Writer) -> None:
+        await asyncio.sleep(delay)
+        await reply()(request, writer)
+    return handle
+
+
+def trickle(chunk: int, every: float, total: int) -> Handler:
+    async def handle(request: dict[str, str], writer: Writer) -> None:
+        writer.write(_head("200 OK", [("Content-Type", "text/html")], total))
+        sent = 0
+        while sent < total:
+            writer.write(b"x" * chunk)
+            await writer.drain()
+            sent += chunk
+            await asyncio.sleep(every)
+    return handle
+
+
+def echo_conditional() -> Handler:
+    async def handle(request: dict[str, str], writer: Writer) -> None:
+        if request.get("if-none-match") == '"v1"' and request.get("if-modified-since"):
+            writer.write(_head("304 Not Modified", [("ETag", '"v1"')], 0))
+        else:
+            await reply()(request, writer)
+    return handle
+
+
+@dataclass
+class Listener:
+    host: str
+    routes: dict[str, Handler] = field(default_factory=dict)
+    connections: int = 0
+    requests: list[dict[str, str]] = field(default_factory=list)
+    port: int = 0
+
+
+class LoopbackWeb:
+    """Listeners on several 127.x addresses, served by one event loop in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.servers: list[asyncio.AbstractServer] = []
+        self.listeners: dict[str, Listener] = {}
+        self.thread.start()
+        # A port whose accept queue is full: connects to it hang until the client's deadline.
+        self.stuck = socket.socket()
+        self.stuck.bind((HOST_A, 0))
+        self.stuck.listen(0)
+        self._filler = socket.create_connection(self.stuck.getsockname())
+
+    def add(self, listener: Listener) -> Listener:
+        async def start() -> asyncio.AbstractServer:
+            return await asyncio.start_server(lambda r, w: self._serve(listener, r, w), listener.host, 0)
+        server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(5)
+        listener.port = server.sockets[0].getsockname()[1]
+        self.servers.append(server)
+        self.listeners[listener.host] = listener
+        return listener
+
+    async def _serve(self, listener: Listener, reader: asyncio.StreamReader, writer: Writer) -> None:
+        listener.connections += 1
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            method, target, _ = lines[0].split(" ", 2)
+            request = {"method": method, "path": target}
+            request.update({k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)})
+            listener.requests.append(request)
+            handler = listener.routes.get(target, reply("404 Not Found", b"missing"))
+            await handler(request, writer)
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    def close(self) -> None:
+        async def shutdown() -> None:
+            for server in self.servers:
+                server.close()
+            handlers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
+        asyncio.run_coroutine_threadsafe(shutdown(), self.loop).result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self._filler.close()
+        self.stuck.close()
+
+
+def _gzip_bomb() -> bytes:
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = b"\0" * (1024 * 1024)
+    return b"".join(compressor.compress(block) for _ in range(BOMB_SIZE // len(block))) + compressor.flush()
+
+
+@pytest.fixture(scope="module")
+def web() -> Iterator[LoopbackWeb]:
+    server = LoopbackWeb()
+    bomb = _gzip_bomb()
+    big = b"<html>" + b"y" * (200 * 1024) + b"</html>"
+    a = server.add(Listener(HOST_A, {
+        "/ok": reply(),
+        "/chunked": chunked(HTML * 50),
+        "/gzip": reply(body=gzip.compress(HTML * 100), headers=(
+            ("Content-Type", "text/html"), ("Content-Encoding", "gzip"))),
+        "/br": reply(body=brotli.compress(HTML * 100), headers=(
+            ("Content-Type", "text/html"), ("Content-Encoding", "br"))),
+        "/bomb": reply(body=bomb, headers=(("Content-Type", "text/html"), ("Content-Encoding", "gzip"))),
+        "/big": reply(body=big),
+        "/slow-head": delayed_head(2.0),
+        "/trickle": trickle(chunk=10, every=0.1, total=100_000),
+        "/slow-total": trickle(chunk=4000, every=0.2, total=40_000),
+        "/image": reply(body=b"\x89PNG" + b"0" * 5000, headers=(("Content-Type", "image/png"),)),
+        "/huge-header": reply(headers=(("Content-Type", "text/html"), ("X-Filler", "z" * 20_000))),
+        "/weird-encoding": reply(body=b"abc", headers=(("Content-Type", "text/html"), ("Content-Encoding", "zz"))),
+        "/moved": reply("301 Moved Permanently", b"", (("Location", "/ok?b=2&a=1"),)),
+        "/cond": echo_conditional(),
+        "/busy": reply("503 Service Unavailable", b"busy", (("Content-Type", "text/html"), ("Retry-After", "120"))),
+    }))
+    b = server.add(Listener(HOST_B, {
+        "/robots.txt": reply(body=b"User-agent: *\nDisallow: /private\n", headers=(("Content-Type", "text/plain"),)),
+        "/loop": reply("302 Found", b"", (("Location", "/loop"),)),
+    }))
+    server.add(Listener(HOST_DENIED, {"/ok": reply()}))
+    # Locations naming another listener's port are only known now.
+    a.routes["/robots.txt"] = reply("301 Moved Permanently", b"", (("Location", f"http://site-b.test:{b.port}/robots.txt"),))
+    a.routes["/to-denied"] = reply("301 Moved Permanently", b"", (("Location", f"http://denied.test:{b.port}/robots.txt"),))
+    yield server
+    server.close()
+
+
+def policy_for(web: LoopbackWeb, **overrides: object) -> FetchPolicy:
+    settings: dict[str, object] = dict(
+        connect_timeout_s=0.5, first_byte_timeout_s=0.6, total_timeout_s=1.5,
+        min_speed_bytes_per_s=2_000, min_speed_grace_s=0.4,
+        max_body_bytes=64 * 1024, max_decoded_bytes=256 * 1024,
+        allow_cidrs=("127.0.0.0/8",), deny_cidrs=("127.0.0.64/26",), resolve_dns=False,
+        host_map=(f"site-a.test {HOST_A}", f"site-b.test {HOST_B}", f"denied.test {HOST_DENIED}",
+                  "meta.test 169.254.169.254", "mapped.test ::ffff:127.0.0.11", "private.test 10.1.2.3"),
+    )
+    settings.update(overrides)
+    return FetchPolicy(**settings)  # type: ignore[arg-type]
+
+
+def request(url: str, kind: str = "page", **extra: object) -> FetchRequest:
+    return FetchRequest(host="site-a.test", url=url, fp=1, kind=kind, lease_id="L1", depth=0, attempt=0,
+                        **extra)  # type: ignore[typeddict-item]
+
+
+def url_a(web: LoopbackWeb, path: str) -> str:
+    return f"http://site-a.test:{web.listeners[HOST_A].port}{path}"
+
+
+def fetch(web: LoopbackWeb, req: FetchRequest, **overrides: object) -> dict:
+    async def run() -> dict:
+        fetcher = Fetcher(policy_for(web, **overrides))
+        try:
+            return dict(await fetcher.fetch(req))
+        finally:
+            await fetcher.close()
+    return asyncio.run(run())
+
+
+def test_plain_page_is_fetched_with_headers_body_and_peer_address(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/ok")))
+    assert (result["fetch_status"], result["http_status"], result["body"]) == ("ok", 200, HTML)
+    assert result["ip"] == HOST_A and result["http_version"] == "1.1"
+    assert header_value(result["headers"], "content-type") == "text/html; charset=utf-8"
+    sent = dict((k.lower(), v) for k, v in result["request_headers"])
+    assert sent["user-agent"].startswith("FlinkCrawler/") and "gzip" in sent["accept-encoding"]
+
+
+@pytest.mark.parametrize("path", ["/chunked", "/gzip", "/br"])
+def test_chunked_and_compressed_bodies_arrive_decoded(web: LoopbackWeb, path: str) -> None:
+    result = fetch(web, request(url_a(web, path)))
+    assert result["fetch_status"] == "ok"
+    assert result["body"] == HTML * (50 if path == "/chunked" else 100)
+
+
+def test_body_over_cap_is_truncated_with_length_reason(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/big")))
+    assert result["fetch_status"] == FetchStatus.TOO_LARGE.value and result["truncated"] == "length"
+    assert len(result["body"]) == 64 * 1024 and result["http_status"] == 200
+
+
+def test_gzip_bomb_stops_at_the_decoded_cap(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/bomb")), max_body_bytes=10 * 1024 * 1024)
+    assert result["fetch_status"] == "too_large" and result["truncated"] == "length"
+    assert len(result["body"]) == 256 * 1024
+    assert "decoded" in result["reason"]
+
+
+def test_connect_timeout(web: LoopbackWeb) -> None:
+    port = web.stuck.getsockname()[1]
+    result = fetch(web, request(f"http://site-a.test:{port}/"))
+    assert result["fetch_status"] == "timeout" and "connect" in result["reason"]
+
+
+def test_first_byte_timeout(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/slow-head")))
+    assert result["fetch_status"] == "timeout" and "head" in result["reason"]
+    assert result["http_status"] is None
+
+
+def test_trickling_body_is_too_slow(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/trickle")))
+    assert result["fetch_status"] == "too_slow" and result["truncated"] == "time"
+    assert 0 < len(result["body"]) < 100_000
+
+
+def test_total_timeout_keeps_the_partial_body(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/slow-total")), min_speed_bytes_per_s=0)
+    assert result["fetch_status"] == "timeout" and "total" in result["reason"]
+    assert result["truncated"] == "time" and 0 < len(result["body"]) < 40_000
+    assert result["done_at"] - result["started_at"] < 3.0
+
+
+def test_disallowed_content_type_keeps_headers_and_drops_body(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/image")))
+    assert result["fetch_status"] == "bad_content_type" and result["body"] == b""
+    assert header_value(result["headers"], "content-type") == "image/png"
+
+
+def test_oversized_response_head_is_refused(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/huge-header")), max_header_bytes=8 * 1024)
+    assert result["fetch_status"] == "error" and result["reason"].startswith("header_too_large")
+
+
+def test_unknown_content_encoding_is_an_error(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/weird-encoding")))
+    assert result["fetch_status"] == "error" and "Content-Encoding" in result["reason"]
+
+
+def test_page_redirect_is_returned_not_followed(web: LoopbackWeb) -> None:
+    before = len(web.listeners[HOST_A].requests)
+    result = fetch(web, request(url_a(web, "/moved")))
+    assert (result["fetch_status"], result["http_status"]) == ("ok", 301)
+    assert len(web.listeners[HOST_A].requests) == before + 1
+    target = redirect_target(result["url"], result["http_status"], result["headers"])
+    assert target is not None and target.startswith(url_a(web, "/ok"))
+
+
+def test_conditional_get_sends_validators_and_gets_304(web: LoopbackWeb) -> None:
+    req = request(url_a(web, "/cond"), etag='"v1"', last_modified="Mon, 30 Nov 2026 00:00:00 GMT")
+    result = fetch(web, req)
+    assert (result["fetch_status"], result["http_status"], result["body"]) == ("ok", 304, b"")
+
+
+def test_robots_redirect_is_followed_across_hosts(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/robots.txt"), kind="robots"))
+    assert (result["fetch_status"], result["http_status"]) == ("ok", 200)
+    assert result["body"].startswith(b"User-agent: *")
+    assert result["url"].startswith("http://site-b.test:")
+
+
+def test_robots_redirect_loop_stops_after_the_limit(web: LoopbackWeb) -> None:
+    listener = web.listeners[HOST_B]
+    before = len(listener.requests)
+    result = fetch(web, request(f"http://site-b.test:{listener.port}/loop", kind="robots"))
+    assert (result["fetch_status"], result["http_status"]) == ("ok", 302)
+    assert "more than 5 redirects" in result["reason"]
+    assert len(listener.requests) - before == 6
+
+
+def test_robots_redirect_into_a_denied_range_is_blocked_before_connecting(web: LoopbackWeb) -> None:
+    denied = web.listeners[HOST_DENIED]
+    before = denied.connections
+    result = fetch(web, request(url_a(web, "/to-denied"), kind="robots"))
+    assert result["fetch_status"] == "blocked" and "deny range 127.0.0.64/26" in result["reason"]
+    assert denied.connections == before
+
+
+@pytest.mark.parametrize("host, why", [
+    ("denied.test", "deny range"),
+    ("meta.test", "metadata"),
+    ("mapped.test", "ipv4-mapped"),
+    ("private.test", "private"),
+    (HOST_DENIED, "deny range"),
+    ("[::1]", "loopback"),
+])
+def test_ssrf_guard_blocks_before_any_connection(web: LoopbackWeb, host: str, why: str) -> None:
+    denied = web.listeners[HOST_DENIED]
+    before = denied.connections
+    result = fetch(web, request(f"http://{host}:{denied.port}/ok"))
+    assert result["fetch_status"] == "blocked" and why in result["reason"]
+    assert result["http_status"] is None and denied.connections == before
+
+
+def test_unknown_host_without_dns_is_a_dns_error(web: LoopbackWeb) -> None:
+    result = fetch(web, request("http://nowhere.test/"))
+    assert result["fetch_status"] == "dns_error" and "not in the host map" in result["reason"]
+
+
+def test_resolver_answers_aiohttp_only_with_guarded_addresses(web: LoopbackWeb) -> None:
+    resolver = GuardedResolver(policy_for(web), policy_for(web).static_pins)
+
+    async def run() -> tuple[list, str]:
+        answers = await resolver.resolve("site-a.test", 80)
+        try:
+            await resolver.resolve("denied.test", 80)
+        except OSError as exc:
+            return answers, str(exc)
+        return answers, ""
+    answers, refusal = asyncio.run(run())
+    assert [a["host"] for a in answers] == [HOST_A] and "deny range" in refusal
+
+
+def test_dns_answers_and_failures_are_cached_for_their_ttl(web: LoopbackWeb) -> None:
+    now = [0.0]
+    resolver = GuardedResolver(policy_for(web, resolve_dns=True, dns_ttl_s=10, dns_negative_ttl_s=5), {},
+                               monotonic=lambda: now[0])
+    calls: list[str] = []
+
+    async def run() -> list[str]:
+        loop = asyncio.get_running_loop()
+
+        async def fake_getaddrinfo(host: str, *args: object, **kwargs: object) -> list:
+            calls.append(host)
+            if host == "gone.test":
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (HOST_A, 0))]
+        loop.getaddrinfo = fake_getaddrinfo  # type: ignore[method-assign]
+        outcomes = []
+        for step, host in [(0, "site.test"), (5, "site.test"), (11, "site.test"), (0, "gone.test"),
+                           (3, "gone.test"), (9, "gone.test")]:
+            now[0] = float(step) + (20 if host == "gone.test" else 0)
+            try:
+                outcomes.append(",".join(await resolver.addresses(host)))
+            except ResolveFailure as failure:
+                outcomes.append(failure.status.value)
+        return outcomes
+    outcomes = asyncio.run(run())
+    assert outcomes == [HOST_A, HOST_A, HOST_A, "dns_error", "dns_error", "dns_error"]
+    assert calls == ["site.test", "site.test", "gone.test", "gone.test"]
+
+
+def test_retry_after_and_status_survive_on_error_pages(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/busy")))
+    assert (result["fetch_status"], result["http_status"], result["body"]) == ("ok", 503, b"busy")
+    assert header_value(result["headers"], "retry-after") == "120"
+
+
+@pytest.mark.integration
+def test_fetch_stage_in_a_minicluster_archives_pages_and_emits_every_event(web: LoopbackWeb, tmp_path) -> None:
+    from pyflink.common import Configuration, Types
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    from operators.fetch import fetch_stage
+
+    config = Configuration()
+    config.set_string("python.execution-mode", "process")
+    config.set_string("python.executable", sys.executable)
+    config.set_string("python.client.executable", sys.executable)
+    env = StreamExecutionEnvironment.get_execution_environment(config)
+    env.set_parallelism(1)
+    denied = web.listeners[HOST_DENIED]
+    before = denied.connections
+    requests = [
+        request(url_a(web, "/ok")),
+        request(url_a(web, "/moved")),
+        request(url_a(web, "/gzip")),
+        request(url_a(web, "/slow-head")),
+        request(url_a(web, "/robots.txt"), kind="robots"),
+        request(f"http://denied.test:{denied.port}/ok"),
+    ]
+    for i, req in enumerate(requests):
+        req["lease_id"] = f"L{i}"
+    # JSON text, as the frontier's Kafka records arrive (from_collection cannot carry dicts as pickles).
+    stream = env.from_collection([json.dumps(r) for r in requests], type_info=Types.STRING())
+    events = [(topic, key, json.loads(bytes(value)))
+              for topic, key, value in fetch_stage(stream, policy_for(web), 8, str(tmp_path)).execute_and_collect()]
+    by_type: dict[str, list[dict]] = {}
+    for topic, key, event in events:
+        by_type.setdefault(event.get("type", topic), []).append(event)
+    outcome = {e["lease_id"]: (e["fetch_status"], e["http_status"])
+               for e in by_type["completion"] + by_type["robots"]}
+    assert outcome == {"L0": ("ok", 200), "L1": ("ok", 301), "L2": ("ok", 200), "L3": ("timeout", None),
+                       "L4": ("ok", 200), "L5": ("blocked", None)}
+    assert len(by_type["completion"]) == 5 and len(by_type["robots"]) == 1
+    assert base64.b64decode(by_type["robots"][0]["body_b64"]).startswith(b"User-agent: *")
+    pages = {p["url"]: p for p in by_type["pages.parsed"]}
+    assert set(pages) == {url_a(web, "/ok"), url_a(web, "/gzip")}
+    for page in pages.values():
+        with open(page["warc_path"], "rb") as handle:
+            handle.seek(page["warc_offset"])
+            record = gzip.decompress(handle.read(page["warc_length"]))
+        assert record.startswith(b"WARC/1.1\r\nWARC-Type: response") and page["url"].encode() in record
+    assert [u["url"] for b in by_type["discovered"] for u in b["urls"]].count(url_a(web, "/next")) == 2
+    assert denied.connections == before
+
+
+def test_dns_rebinding_between_check_and_connect_is_blocked(web: LoopbackWeb) -> None:
+    denied, site = web.listeners[HOST_DENIED], web.listeners[HOST_A]
+    before = (denied.connections, site.connections)
+    answers = iter([HOST_A, HOST_DENIED, HOST_DENIED])
+
+    async def run() -> dict:
+        async def rebinding_getaddrinfo(host: str, *args: object, **kwargs: object) -> list:
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), 0))]
+        asyncio.get_running_loop().getaddrinfo = rebinding_getaddrinfo  # type: ignore[method-assign]
+        # A TTL this short makes aiohttp's own lookup re-resolve after the fetcher's check.
+        fetcher = Fetcher(policy_for(web, resolve_dns=True, dns_ttl_s=1e-9))
+        try:
+            return dict(await fetcher.fetch(request(f"http://rebind.test:{denied.port}/ok")))
+        finally:
+            await fetcher.close()
+    result = asyncio.run(run())
+    assert result["fetch_status"] == "blocked" and "deny range" in result["reason"]
+    assert (denied.connections, site.connections) == before
+
+
+def test_fetch_function_turns_unreadable_input_and_deadlines_into_records(web: LoopbackWeb) -> None:
+    function = FetchFunction(policy_for(web))
+    function.open(None)  # type: ignore[arg-type]
+    try:
+        (bad,) = asyncio.run(function.async_invoke(b"{not json"))
+        (late,) = function.timeout(json.dumps(request(url_a(web, "/ok"))))
+    finally:
+        function.close()
+    assert bad["fetch_status"] == "error" and "unreadable request" in bad["reason"]
+    assert late["fetch_status"] == "timeout" and late["request"]["lease_id"] == "L1"

@@ -1,0 +1,160 @@
+"""The real keyed frontier on a Flink MiniCluster in `thread` execution mode.
+
+The source is unbounded (a FileSource that keeps monitoring a folder), because a bounded source ends
+the job before processing-time timers fire (ARCHITECTURE.md §4). The test plays the fetcher: it reads
+FetchRequests as the job emits them and answers by dropping RobotsResult / Completion events into the
+folder. It proves robots-first, one lease at a time, release after completion + delay, and lease expiry
+through a real timer. The job is cancelled when the test ends.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import queue
+import sys
+import sysconfig
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+# The thread-mode operator runs in an interpreter embedded in the JVM (pemja), which starts from the
+# base Python, not the virtualenv: it finds pyflink only through PYTHONPATH. Set before any gateway starts.
+_SITE = sysconfig.get_paths()["purelib"]
+if _SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SITE, os.environ.get("PYTHONPATH")) if p)
+
+from udfs.records import b64, decode_frontier_event, encode  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+HOST = "shop.example"
+DELAY_S = 1.0
+LEASE_S = 3.0
+BACKOFF_S = 1.0
+
+
+class FolderFeed:
+    """Events for the job: each write is one new file, renamed into place so it is read whole."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.seq = folder, itertools.count()
+
+    def send(self, *events: dict) -> None:
+        n = next(self.seq)
+        tmp = self.folder / f".{n}.tmp"
+        tmp.write_bytes(b"".join(encode(e) + b"\n" for e in events))
+        tmp.rename(self.folder / f"{n:05d}.jsonl")
+
+
+@pytest.fixture(scope="module")
+def frontier_job(tmp_path_factory):
+    from pyflink.common import Configuration, Duration, Types, WatermarkStrategy
+    from pyflink.datastream import StreamExecutionEnvironment
+    from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
+
+    from operators.frontier import FrontierFunction
+    from udfs.frontier_logic import FrontierPolicy
+    from udfs.politeness import PolitenessPolicy
+
+    folder = tmp_path_factory.mktemp("frontier-events")
+    config = Configuration()
+    config.set_string("python.executable", sys.executable)
+    config.set_string("python.client.executable", sys.executable)
+    config.set_string("python.execution-mode", "thread")
+    env = StreamExecutionEnvironment.get_execution_environment(config)
+    env.set_parallelism(1)
+    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(folder)) \
+        .monitor_continuously(Duration.of_millis(100)).build()
+    events = env.from_source(source, WatermarkStrategy.no_watermarks(), "frontier-events").uid("events") \
+        .map(decode_frontier_event).uid("decode").name("decode")
+    frontier = FrontierFunction(
+        FrontierPolicy(lease_timeout_s=LEASE_S),
+        PolitenessPolicy(default_delay_s=DELAY_S, min_delay_s=0.1, backoff_initial_s=BACKOFF_S))
+    requests = events.key_by(lambda e: e["host"], key_type=Types.STRING()) \
+        .process(frontier).uid("frontier").name("frontier")
+
+    results: queue.Queue = queue.Queue()
+    iterator = requests.execute_and_collect("frontier-test")
+
+    def pump() -> None:
+        try:
+            for request in iterator:
+                results.put((time.monotonic(), request))
+        except Exception as exc:  # noqa: BLE001 - surfaced to the test through the queue
+            results.put((time.monotonic(), exc))
+
+    threading.Thread(target=pump, daemon=True).start()
+    yield FolderFeed(folder), results
+    iterator.close()
+
+
+def next_request(results: queue.Queue, timeout: float = 30.0) -> tuple[float, dict]:
+    at, item = results.get(timeout=timeout)
+    if isinstance(item, Exception):
+        raise item
+    return at, item
+
+
+def assert_quiet(results: queue.Queue, seconds: float) -> None:
+    try:
+        at, item = results.get(timeout=seconds)
+    except queue.Empty:
+        return
+    pytest.fail(f"unexpected output while a lease was in flight or robots.txt unknown: {item!r}")
+
+
+def discovered(*paths: str) -> dict:
+    from udfs.urls import url_fp
+    return {"v": 1, "type": "discovered", "host": HOST,
+            "urls": [{"url": f"http://{HOST}{p}", "fp": url_fp(f"http://{HOST}{p}"), "depth": 1, "priority": 5,
+                      "source": "seed"} for p in paths]}
+
+
+def robots_result(request: dict, body: bytes) -> dict:
+    return {"v": 1, "type": "robots", "host": HOST, "lease_id": request["lease_id"], "fetch_status": "ok",
+            "http_status": 200, "fetched_at": time.time(), "fetch_ms": 5.0, "body_b64": b64(body)}
+
+
+def completion(request: dict) -> dict:
+    return {"v": 1, "type": "completion", "host": HOST, "lease_id": request["lease_id"], "url": request["url"],
+            "fp": request["fp"], "fetch_status": "ok", "http_status": 200, "started_at": time.time(),
+            "done_at": time.time(), "fetch_ms": 5.0, "bytes": 10, "content_hash": None, "simhash": None,
+            "etag": None, "last_modified": None, "redirect": None, "retry_after": None}
+
+
+def test_robots_first_one_lease_release_after_delay_and_expiry(frontier_job):
+    feed, results = frontier_job
+    feed.send(discovered("/one", "/private/no", "/two"))
+    _, robots = next_request(results, timeout=120)  # the first job in a process takes a few seconds to start
+    assert (robots["kind"], robots["url"]) == ("robots", f"http://{HOST}/robots.txt")
+    feed.send(discovered("/three"))
+    assert_quiet(results, 1.5)  # robots.txt first: nothing else until it is known
+
+    sent = time.monotonic()
+    feed.send(robots_result(robots, b"User-agent: *\nDisallow: /private\n"))
+    at, first = next_request(results)
+    assert (first["kind"], first["url"], first["attempt"]) == ("page", f"http://{HOST}/one", 1)
+    assert at - sent >= DELAY_S - 0.05  # the robots fetch started the politeness clock
+    assert_quiet(results, 1.5)  # one lease in flight per host
+
+    sent = time.monotonic()
+    feed.send(completion(first))
+    at, second = next_request(results)
+    assert second["url"] == f"http://{HOST}/two"  # /private/no dropped at release by the robots rules
+    assert at - sent >= DELAY_S - 0.05
+
+    # no completion for /two: the lease expires on its timer and /two goes back to the tail of its queue
+    at_expiry, third = next_request(results, timeout=LEASE_S + BACKOFF_S + 10)
+    assert (third["url"], third["attempt"]) == (f"http://{HOST}/three", 1)
+    # measured from before the completion of /one, so collection latency cannot make it look shorter:
+    # gap, then /two's lease runs to its deadline, then the backoff-raised gap
+    assert at_expiry - sent >= DELAY_S + LEASE_S + BACKOFF_S - 0.05
+
+    feed.send(completion(second))  # late answer to the expired lease: stale, ignored
+    assert_quiet(results, 1.0)
+    feed.send(completion(third))
+    _, again = next_request(results)
+    assert (again["url"], again["attempt"]) == (second["url"], 2)
+    assert again["lease_id"] != second["lease_id"]

@@ -1,0 +1,246 @@
+"""The WARC writer on real files: validators accept them, published locations point at the right
+record, files roll and never get appended to after a restart, and each fetch yields the right events."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from operators.parse import ParsedBundle, parse_result
+from operators.warc_writer import (
+    Location,
+    WarcFiles,
+    WarcFileSettings,
+    capture_records,
+    events_for,
+    is_archived,
+)
+from tests.warc_validators import all_validators, jwarc_available, warcio_check
+from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES, FetchRequest, FetchResult, FetchStatus
+from udfs.urls import url_fp
+from udfs.warc import WarcBuilder
+
+PAGE = (b"<html><head><title>Home</title></head><body><p>Some words about the site and more words.</p>"
+        b"<a href='/about'>about</a> <a href='http://other.test/x'>other</a>"
+        b" <a rel='nofollow' href='/login'>login</a> <a href='http://other.test/y'>y</a></body></html>")
+T0 = datetime(2026, 11, 29, 12, tzinfo=timezone.utc).timestamp()
+
+
+def result(url: str = "http://site.test/", *, status: int | None = 200, fetch_status: str = "ok",
+           body: bytes = PAGE, headers: list[tuple[str, str]] | None = None, truncated: str | None = None,
+           depth: int = 2, done_at: float = T0) -> FetchResult:
+    request = FetchRequest(host="site.test", url=url, fp=url_fp(url), kind="page", lease_id=f"lease-{url}",
+                           depth=depth, attempt=0)
+    return FetchResult(
+        request=request, url=url, fetch_status=fetch_status, reason="", http_status=status,
+        http_reason={200: "OK", 301: "Moved Permanently", 404: "Not Found", 503: "Service Unavailable"}.get(
+            status or 0, ""),
+        http_version="1.1",
+        headers=headers if headers is not None else [("Content-Type", "text/html; charset=utf-8"),
+                                                     ("ETag", '"e1"')],
+        request_headers=[("Host", "site.test"), ("User-Agent", "FlinkCrawler/0.1 (+https://crawler.example.org)")],
+        body=body, ip="127.0.0.11" if status is not None else None, started_at=done_at - 0.25, done_at=done_at,
+        truncated=truncated)
+
+
+CASES: dict[str, FetchResult] = {
+    "page": result(),
+    "gzip-truncated": result("http://site.test/big", fetch_status="too_large", truncated="length",
+                             headers=[("Content-Type", "text/html"), ("Content-Encoding", "gzip"),
+                                      ("Content-Length", "99"), ("Transfer-Encoding", "chunked")]),
+    "redirect": result("http://site.test/old", status=301, body=b"",
+                       headers=[("Location", "/new"), ("Content-Length", "0")]),
+    "missing": result("http://site.test/gone", status=404, body=b"not here"),
+    "busy": result("http://site.test/busy", status=503, body=b"busy",
+                   headers=[("Content-Type", "text/html"), ("Retry-After", "30")]),
+    "dns": result("http://nowhere.test/", status=None, fetch_status="dns_error", body=b"", headers=[]),
+    "image": result("http://site.test/i.png", fetch_status="bad_content_type", body=b"",
+                    headers=[("Content-Type", "image/png")]),
+}
+
+
+def write_all(root: Path, bundles: list[ParsedBundle], settings: WarcFileSettings = WarcFileSettings(),
+              clock: list[float] | None = None) -> tuple[WarcFiles, list[tuple[ParsedBundle, Location | None]]]:
+    moment = clock or [T0]
+    files = WarcFiles(str(root), 3, WarcBuilder(), settings, clock=lambda: moment[0])
+    written = []
+    builder = WarcBuilder()
+    for bundle in bundles:
+        fetched = bundle["result"]
+        locations = files.append(lambda info: capture_records(builder, fetched, info)) if is_archived(fetched) else []
+        written.append((bundle, locations[0] if locations else None))
+    files.close()
+    return files, written
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[tuple[ParsedBundle, Location | None]]]:
+    root = tmp_path_factory.mktemp("warc")
+    _, written = write_all(root, [parse_result(r) for r in CASES.values()])
+    return root, written
+
+
+def read_record_at(where: Location):
+    with open(where.path, "rb") as handle:
+        handle.seek(where.offset)
+        member = handle.read(where.length)
+    raw = gzip.decompress(member)   # exactly one gzip member: fails if the span cuts or spans members
+    return next(iter(ArchiveIterator(io.BytesIO(raw))))
+
+
+def test_files_are_laid_out_by_date_subtask_and_sequence(archive) -> None:
+    root, _ = archive
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*.warc.gz")) == ["crawl/2026-11-29/3/00000.warc.gz"]
+
+
+def test_written_files_pass_the_validators(archive) -> None:
+    root, _ = archive
+    for path in root.rglob("*.warc.gz"):
+        verdicts = all_validators(path) if jwarc_available() else [warcio_check(path)]
+        for verdict in verdicts:
+            assert verdict.ok, f"{verdict.tool} rejected {path}:\n{verdict.output}"
+
+
+def test_file_starts_with_warcinfo_then_response_request_pairs(archive) -> None:
+    root, _ = archive
+    path = next(root.rglob("*.warc.gz"))
+    with open(path, "rb") as handle:
+        records = [(r.rec_type, r.rec_headers.get_header("WARC-Target-URI")) for r in ArchiveIterator(handle)]
+    archived = [r for r in CASES.values() if r["fetch_status"] in ("ok", "too_large")]
+    assert records[0] == ("warcinfo", None)
+    assert records[1:] == [pair for r in archived for pair in (("response", r["url"]), ("request", r["url"]))]
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_location_points_at_its_response_record(archive, name: str) -> None:
+    _, written = archive
+    bundle, where = next((b, w) for b, w in written if b["result"] is CASES[name])
+    if CASES[name]["http_status"] is None or name == "image":
+        assert where is None
+        return
+    record = read_record_at(where)
+    assert record.rec_type == "response"
+    assert record.rec_headers.get_header("WARC-Target-URI") == CASES[name]["url"]
+    assert record.content_stream().read() == CASES[name]["body"]
+    assert record.http_headers.get_statuscode() == str(CASES[name]["http_status"])
+
+
+def test_truncated_capture_is_marked_and_its_transfer_headers_renamed(archive) -> None:
+    _, written = archive
+    where = next(w for b, w in written if b["result"] is CASES["gzip-truncated"])
+    record = read_record_at(where)
+    assert record.rec_headers.get_header("WARC-Truncated") == "length"
+    assert record.http_headers.get_header("X-Crawler-Content-Encoding") == "gzip"
+    assert record.http_headers.get_header("Content-Encoding") is None
+    assert record.http_headers.get_header("Content-Length") == str(len(PAGE))
+
+
+def events_of(name: str, where: Location | None = Location("/w/x.warc.gz", 10, 20)) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {"pages": [], "completion": [], "discovered": []}
+    for topic, key, value in events_for(parse_result(CASES[name]), where):
+        event = json.loads(value)
+        kind = "pages" if topic == TOPIC_PAGES else event["type"]
+        assert topic == TOPIC_PAGES or topic == TOPIC_FRONTIER
+        assert key == (str(event["url_fp"]) if topic == TOPIC_PAGES else event["host"])
+        out[kind].append(event)
+    return out
+
+
+def test_a_200_page_is_published_with_its_location_and_completed() -> None:
+    events = events_of("page")
+    (page,) = events["pages"]
+    assert (page["warc_path"], page["warc_offset"], page["warc_length"]) == ("/w/x.warc.gz", 10, 20)
+    assert page["title"] == "Home" and page["content_hash"].startswith("sha256:") and page["text"]
+    (completion,) = events["completion"]
+    assert completion["content_hash"] == page["content_hash"] and completion["simhash"] == page["simhash"]
+    assert completion["etag"] == '"e1"' and completion["fetch_ms"] == 250.0 and completion["bytes"] == len(PAGE)
+
+
+def test_links_are_batched_per_target_host_without_nofollow_at_depth_plus_one() -> None:
+    batches = {b["host"]: b for b in events_of("page")["discovered"]}
+    assert set(batches) == {"site.test", "other.test"}
+    assert [u["url"] for u in batches["site.test"]["urls"]] == ["http://site.test/about"]
+    assert [u["url"] for u in batches["other.test"]["urls"]] == ["http://other.test/x", "http://other.test/y"]
+    for batch in batches.values():
+        for entry in batch["urls"]:
+            assert entry["depth"] == 3 and entry["source"] == "link" and entry["fp"] == url_fp(entry["url"])
+
+
+def test_redirect_is_archived_completed_with_its_target_and_discovered_but_not_published() -> None:
+    events = events_of("redirect")
+    assert events["pages"] == []
+    assert events["completion"][0]["redirect"] == "http://site.test/new"
+    (batch,) = events["discovered"]
+    assert batch["urls"][0]["url"] == "http://site.test/new" and batch["urls"][0]["source"] == "redirect"
+
+
+@pytest.mark.parametrize("name, fetch_status, http_status", [
+    ("missing", "ok", 404), ("busy", "ok", 503), ("dns", "dns_error", None), ("image", "bad_content_type", 200),
+])
+def test_other_outcomes_give_only_a_completion(name: str, fetch_status: str, http_status: int | None) -> None:
+    events = events_of(name, None if http_status is None else Location("/w/x.warc.gz", 0, 1))
+    assert events["pages"] == [] and events["discovered"] == []
+    (completion,) = events["completion"]
+    assert (completion["fetch_status"], completion["http_status"]) == (fetch_status, http_status)
+    assert completion["retry_after"] == (30.0 if name == "busy" else None)
+
+
+def test_noindex_page_is_archived_but_not_published() -> None:
+    noindex = result(body=b"<html><head><meta name='robots' content='noindex'></head><body>x</body></html>")
+    events = events_for(parse_result(noindex), Location("/w/x.warc.gz", 0, 1))
+    assert [json.loads(v)["type"] for t, _, v in events if t == TOPIC_FRONTIER] == ["completion"]
+    assert not [e for e in events if e[0] == TOPIC_PAGES]
+
+
+def test_files_roll_at_the_size_limit_and_each_starts_with_warcinfo(tmp_path: Path) -> None:
+    bundles = [parse_result(result(f"http://site.test/p{i}")) for i in range(5)]
+    write_all(tmp_path, bundles, WarcFileSettings(max_file_bytes=1500))
+    files = sorted(tmp_path.rglob("*.warc.gz"))
+    assert len(files) >= 3
+    for path in files:
+        with open(path, "rb") as handle:
+            assert next(iter(ArchiveIterator(handle))).rec_type == "warcinfo"
+        assert warcio_check(path).ok
+
+
+def test_files_roll_at_the_age_limit_and_at_midnight(tmp_path: Path) -> None:
+    clock = [T0]
+    files = WarcFiles(str(tmp_path), 0, WarcBuilder(), WarcFileSettings(max_file_age_s=60), clock=lambda: clock[0])
+    paths = []
+    for moment in (T0, T0 + 30, T0 + 61, T0 + 86_400):
+        clock[0] = moment
+        paths.append(files.append(lambda info: capture_records(WarcBuilder(), CASES["page"], info))[0].path)
+    files.close()
+    names = [str(Path(p).relative_to(tmp_path)) for p in paths]
+    assert names == ["crawl/2026-11-29/0/00000.warc.gz", "crawl/2026-11-29/0/00000.warc.gz",
+                     "crawl/2026-11-29/0/00001.warc.gz", "crawl/2026-11-30/0/00000.warc.gz"]
+
+
+def test_a_restarted_writer_starts_a_new_file_and_never_appends(tmp_path: Path) -> None:
+    _, first = write_all(tmp_path, [parse_result(CASES["page"])])
+    before = Path(first[0][1].path).read_bytes()
+    _, second = write_all(tmp_path, [parse_result(CASES["page"])])
+    assert Path(first[0][1].path).read_bytes() == before
+    assert Path(second[0][1].path).name == "00001.warc.gz"
+    assert read_record_at(second[0][1]).rec_type == "response"
+
+
+def test_a_response_record_names_the_warcinfo_of_its_own_file(tmp_path: Path) -> None:
+    write_all(tmp_path, [parse_result(result(f"http://site.test/p{i}")) for i in range(3)],
+              WarcFileSettings(max_file_bytes=1500))
+    for path in tmp_path.rglob("*.warc.gz"):
+        with open(path, "rb") as handle:
+            records = list(ArchiveIterator(handle))
+        info_id = records[0].rec_headers.get_header("WARC-Record-ID")
+        assert all(r.rec_headers.get_header("WARC-Warcinfo-ID") == info_id for r in records[1:])
+
+
+def test_fetch_failure_without_a_response_writes_nothing(tmp_path: Path) -> None:
+    _, written = write_all(tmp_path, [parse_result(CASES["dns"])])
+    assert written[0][1] is None and list(tmp_path.rglob("*.warc.gz")) == []
+    assert FetchStatus.DNS_ERROR.value == CASES["dns"]["fetch_status"]

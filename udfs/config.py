@@ -1,0 +1,199 @@
+"""The crawl's configuration: every policy a typed, frozen value with its default in one place.
+
+Each section is a frozen dataclass that lives beside the logic it steers (`UrlPolicy` in
+`udfs/urls.py`, `RobotsPolicy` in `udfs/robots.py`, ...); the dataclass field defaults ARE the
+documented defaults. A deployment overrides only what it changes, from a TOML file and
+`--set section.key=value` pairs. Anything unknown or mistyped is an error that names the key
+(StormCrawler's override-only `crawler-conf.yaml`; Scrapy's `default_settings.py`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import tomllib
+import types
+import typing
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, mistyped or out of range; the message names the key."""
+
+
+# section name -> "module:ClassName". Imported lazily so this module stays cheap and acyclic.
+SECTIONS: dict[str, str] = {
+    "urls": "udfs.urls:UrlPolicy",
+    "robots": "udfs.robots:RobotsPolicy",
+    "extract": "udfs.links:ExtractPolicy",
+    "traps": "udfs.traps:TrapPolicy",
+    "sitemaps": "udfs.sitemaps:SitemapPolicy",
+    "frontier": "udfs.frontier_logic:FrontierPolicy",
+    "politeness": "udfs.politeness:PolitenessPolicy",
+    "fetch": "udfs.netguard:FetchPolicy",
+    "warc": "udfs.warc:WarcPolicy",
+    "job": "udfs.jobconfig:JobPolicy",
+}
+
+
+def section_class(name: str) -> type:
+    try:
+        target = SECTIONS[name]
+    except KeyError:
+        raise ConfigError(f"unknown section [{name}]; known sections: {', '.join(sorted(SECTIONS))}") from None
+    module, _, cls = target.partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+@dataclasses.dataclass(frozen=True)
+class CrawlConfig:
+    """All sections, each a frozen policy dataclass."""
+
+    sections: dict[str, Any]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.sections[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        return {name: _plain(dataclasses.asdict(value)) for name, value in self.sections.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (tuple, frozenset, set)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value: TOML syntax when it parses (numbers, booleans, lists), else the bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
+    """Turn `["robots.cache_ttl_s=3600", ...]` into nested mappings; rejects malformed pairs."""
+    out: dict[str, dict[str, Any]] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        section, dot, field = key.strip().partition(".")
+        if not sep or not dot or not section or not field:
+            raise ConfigError(f"--set {pair!r}: expected SECTION.KEY=VALUE, e.g. politeness.default_delay_s=2")
+        out.setdefault(section, {})[field] = parse_value(raw.strip())
+    return out
+
+
+def _coerce(value: Any, annotation: Any, where: str) -> Any:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: cannot be {value!r}")
+    if origin in (tuple, list, frozenset, set):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        inner = args[0] if args else Any
+        items = [_coerce(v, inner, where) for v in value]
+        return frozenset(items) if origin is frozenset else (tuple(items) if origin is tuple else items)
+    if origin is dict or annotation is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        return dict(value)
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected true or false, got {value!r}")
+    if annotation is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(f"{where}: expected an integer, got {value!r}")
+    if annotation is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(f"{where}: expected a string, got {value!r}")
+    if isinstance(annotation, type) and issubclass(annotation, __import__("enum").Enum):
+        try:
+            return annotation(value)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in annotation)
+            raise ConfigError(f"{where}: {value!r} is not one of {allowed}") from None
+    return value
+
+
+def build_section(name: str, values: dict[str, Any]) -> Any:
+    """One policy from its defaults plus `values`; unknown keys and bad types raise ConfigError."""
+    cls = section_class(name)
+    hints = typing.get_type_hints(cls)
+    fields = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ConfigError(f"[{name}] unknown key(s) {', '.join(unknown)}; known keys: {', '.join(sorted(fields))}")
+    kwargs = {k: _coerce(v, hints[k], f"{name}.{k}") for k, v in values.items()}
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"[{name}] {exc}") from None
+
+
+def load_config(toml_text: str = "", overrides: list[str] | None = None) -> CrawlConfig:
+    """The effective configuration: defaults, then the TOML document, then `--set` overrides."""
+    try:
+        doc = tomllib.loads(toml_text) if toml_text.strip() else {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file is not valid TOML: {exc}") from None
+    for section, table in doc.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"top-level key {section!r} must be a [section] table")
+        section_class(section)  # unknown section → error naming the known ones
+    for section, table in parse_overrides(overrides or []).items():
+        section_class(section)
+        doc.setdefault(section, {}).update(table)
+    return CrawlConfig({name: build_section(name, doc.get(name, {})) for name in SECTIONS})
+
+
+def defaults_as_toml() -> str:
+    """Every section with its default values, as TOML (what `crawler config --defaults` prints)."""
+    lines: list[str] = []
+    for name, values in load_config().as_dict().items():
+        lines.append(f"[{name}]")
+        for key, value in values.items():
+            if value is None:
+                lines.append(f"# {key} = (unset)")
+            else:
+                lines.append(f"{key} = {_toml_value(value)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    return repr(str(value))

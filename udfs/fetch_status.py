@@ -1,0 +1,197 @@
+"""Pure helpers that turn one fetch's outcome into record fields (errors as data).
+
+The fetch operator builds every outcome, success or failure, through `fetch_result` so a failure
+travels as a `FetchResult` with a `FetchStatus` and a reason (STYLE.md "Errors as data"); the
+completion fields the frontier needs (redirect target, Retry-After) are read back from the headers
+here rather than carried twice.
+"""
+from __future__ import annotations
+
+import email.utils
+import zlib
+from typing import Callable, Final
+
+import brotli
+
+from udfs.records import FetchRequest, FetchResult, FetchStatus
+from udfs.urls import normalize_url
+
+REDIRECT_CODES: Final = frozenset({301, 302, 303, 307, 308})
+# A Retry-After beyond this is treated as this (a server must not park a host for ever).
+MAX_RETRY_AFTER_S: Final = 7 * 24 * 3600.0
+
+
+def fetch_result(
+    request: FetchRequest,
+    status: FetchStatus,
+    *,
+    reason: str = "",
+    started_at: float,
+    done_at: float,
+    url: str | None = None,
+    http_status: int | None = None,
+    http_reason: str = "",
+    http_version: str = "",
+    headers: list[tuple[str, str]] | None = None,
+    request_headers: list[tuple[str, str]] | None = None,
+    body: bytes = b"",
+    ip: str | None = None,
+    truncated: str | None = None,
+) -> FetchResult:
+    """One `FetchResult` (udfs/records.py); `url` defaults to the requested URL (ARCHITECTURE.md §3)."""
+    return FetchResult(
+        request=request,
+        url=url if url is not None else request["url"],
+        fetch_status=status.value,
+        reason=reason,
+        http_status=http_status,
+        http_reason=http_reason,
+        http_version=http_version,
+        headers=list(headers or []),
+        request_headers=list(request_headers or []),
+        body=body,
+        ip=ip,
+        started_at=started_at,
+        done_at=done_at,
+        truncated=truncated,
+    )
+
+
+def header_value(headers: list[tuple[str, str]], name: str) -> str | None:
+    """The first value of header `name` (case-insensitive), or None."""
+    wanted = name.lower()
+    for key, value in headers:
+        if key.lower() == wanted:
+            return value
+    return None
+
+
+def redirect_target(url: str, http_status: int | None, headers: list[tuple[str, str]]) -> str | None:
+    """The normalised absolute Location of a 3xx response, or None (RFC 9110 §15.4, §10.2.2).
+
+    Never raises: a missing or unusable Location gives None.
+    """
+    if http_status not in REDIRECT_CODES:
+        return None
+    location = header_value(headers, "location")
+    if location is None or not location.strip():
+        return None
+    try:
+        return normalize_url(location.strip(), base=url)
+    except Exception:  # noqa: BLE001 - hostile Location values must not fail the task
+        return None
+
+
+def retry_after_seconds(headers: list[tuple[str, str]], now: float) -> float | None:
+    """Seconds to wait from a Retry-After header (delay-seconds or HTTP-date, RFC 9110 §10.2.3).
+
+    Clamped to [0, MAX_RETRY_AFTER_S]; None when absent or unparsable. Never raises.
+    """
+    value = header_value(headers, "retry-after")
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return min(max(when.timestamp() - now, 0.0), MAX_RETRY_AFTER_S)
+
+
+def is_complete_page(result: FetchResult) -> bool:
+    """Whether a page result carries a 200 body worth parsing and publishing (§1 parse).
+
+    A body cut at its size cap still counts: its first megabytes hold the text and most links.
+    """
+    return result["http_status"] == 200 and result["fetch_status"] in _PARSEABLE
+
+
+_PARSEABLE: Final = frozenset({FetchStatus.OK.value, FetchStatus.TOO_LARGE.value})
+
+
+class UnsupportedEncoding(ValueError):
+    """A Content-Encoding the fetcher cannot decode (the value is in the message)."""
+
+
+class CappedDecoder:
+    """Incremental Content-Encoding decoder that never produces more than `limit` bytes.
+
+    Implements the decompressed-size cap of the fetch limits (ARCHITECTURE.md §7): a gzip, deflate or
+    brotli bomb stops after `limit + 1` decoded bytes, whatever its ratio. `feed` returns the decoded
+    bytes (already cut at the cap) and sets `over_limit` once the cap is reached; corrupt input
+    raises `zlib.error` or `brotli.error`.
+    """
+
+    def __init__(self, content_encoding: str | None, limit: int) -> None:
+        encoding = (content_encoding or "identity").strip().lower()
+        if encoding not in _DECODERS:
+            raise UnsupportedEncoding(f"unsupported Content-Encoding {content_encoding!r}")
+        self.encoding = encoding
+        self.limit = limit
+        self.produced = 0
+        self.over_limit = False
+        self._state = _DECODERS[encoding]()
+
+    def feed(self, data: bytes) -> bytes:
+        """Decode the next wire chunk; returns at most what is left under the cap."""
+        if self.over_limit or not data:
+            return b""
+        room = self.limit - self.produced
+        out = self._state.decode(data, room + 1)
+        if len(out) > room:
+            self.over_limit = True
+            out = out[:room]
+        self.produced += len(out)
+        return out
+
+
+class _Identity:
+    def decode(self, data: bytes, max_out: int) -> bytes:
+        return data[:max_out]
+
+
+class _Zlib:
+    """gzip (possibly several members) or deflate (zlib-wrapped, or raw as some servers send it)."""
+
+    def __init__(self, wbits: int) -> None:
+        self._wbits = wbits
+        self._obj = zlib.decompressobj(wbits)
+        self._first = True
+
+    def decode(self, data: bytes, max_out: int) -> bytes:
+        try:
+            out = self._obj.decompress(data, max_out)
+        except zlib.error:
+            if not (self._first and self._wbits == zlib.MAX_WBITS):
+                raise
+            self._wbits = -zlib.MAX_WBITS
+            self._obj = zlib.decompressobj(self._wbits)
+            out = self._obj.decompress(data, max_out)
+        self._first = False
+        # The next gzip member starts in unused_data once one member ends.
+        while self._obj.eof and self._obj.unused_data and len(out) < max_out and self._wbits > 0:
+            rest = self._obj.unused_data
+            self._obj = zlib.decompressobj(self._wbits)
+            out += self._obj.decompress(rest, max_out - len(out))
+        return out
+
+
+class _Brotli:
+    def __init__(self) -> None:
+        self._obj = brotli.Decompressor()
+
+    def decode(self, data: bytes, max_out: int) -> bytes:
+        return self._obj.process(data, output_buffer_limit=max_out)[:max_out]
+
+
+_DECODERS: Final[dict[str, Callable[[], _Identity | _Zlib | _Brotli]]] = {
+    "identity": _Identity,
+    "gzip": lambda: _Zlib(16 + zlib.MAX_WBITS),
+    "x-gzip": lambda: _Zlib(16 + zlib.MAX_WBITS),
+    "deflate": lambda: _Zlib(zlib.MAX_WBITS),
+    "br": _Brotli,
+}

@@ -1,0 +1,579 @@
+"""The frontier's decisions for one host, as pure functions over plain state values.
+
+The keyed operator (`operators/frontier.py`) owns three kinds of Flink state per host and delegates
+every decision here:
+- the host row (`HostState`, JSON text with a schema version): robots state, politeness clock,
+  backoff, the one lease in flight, and the heads/tails of ten FIFO queues (one per priority);
+- queue slots (MapState slot key → `QueueItem` row): a slot key is `priority * 2**40 + seq`, so
+  push and pop are one state write each and no queue is ever read whole;
+- the URL table (MapState signed url_fp → `UrlRecord` row): a url_fp is admitted only when it has
+  no row, or its last fetch is older than one crawl cycle (ARCHITECTURE.md §2 invariant 3).
+
+Robots first (§2 invariant 2): until the host's robots.txt is known and fresh, the only thing ever
+leased is robots.txt itself; while it is unreachable (5xx, 429, timeouts, network errors) nothing is
+leased but a robots retry with exponential backoff; 4xx means allow all (RFC 9309 §2.3.1.3-4).
+One lease per host (§2 invariant 1): `plan` never leases while one is in flight; a lease ends with
+its matching completion or at its deadline (the URL then goes back to its queue, up to a park limit).
+Nothing here reads a clock: `now` is always a parameter (epoch seconds).
+"""
+from __future__ import annotations
+
+import enum
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Protocol
+
+from udfs.politeness import (DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy, classify_health, next_allowed_at,
+                             next_backoff)
+from udfs.records import FetchRequest, FetchStatus
+from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
+                         robots_verdict_for_status)
+
+STATE_VERSION = 1
+PRIORITIES = 10                 # UrlEntry.priority 0 (highest) .. 9
+SLOT_SPAN = 1 << 40             # slot key = priority * SLOT_SPAN + seq; fits a signed Java long
+_MAX_URL_LENGTH = 8192          # a longer "url" in an event is malformed, whatever the URL policy allows
+
+
+@dataclass(frozen=True)
+class FrontierPolicy:
+    """Per-host frontier limits (section `[frontier]`). Times in seconds.
+
+    robots_agent: the user-agent string robots.txt groups are matched against ("flink-crawler").
+    max_queue: URLs queued (plus the one leased) per host; more are dropped as `queue_full` (10,000).
+    max_urls_per_host: rows in a host's URL table; new URLs beyond it are dropped as `host_budget` (1,000,000).
+    lease_timeout_s: a lease with no completion after this expires and its URL is queued again (30 s:
+        the fetcher's 10 s total timeout plus the Kafka round trip back).
+    max_attempts: a page leased this many times without a usable answer is parked, not retried (3).
+    robots_retry_max_s: cap on the wait before retrying an unreachable robots.txt; the wait starts at
+        RobotsPolicy.unreachable_ttl_s and doubles per failure in a row (6 h). How long a fetched
+        robots.txt holds is RobotsPolicy.cache_ttl_s (24 h, RFC 9309 §2.4): one home for each default.
+    recrawl_after_s: the crawl cycle: a fetched URL is not admitted again until this much later (7 days).
+    max_pops_per_call: queue entries examined per event or timer before yielding (bounds one call's work) (100).
+    """
+
+    robots_agent: str = "flink-crawler"
+    max_queue: int = 10_000
+    max_urls_per_host: int = 1_000_000
+    lease_timeout_s: float = 30.0
+    max_attempts: int = 3
+    robots_retry_max_s: float = 6 * 3_600.0
+    recrawl_after_s: float = 7 * 86_400.0
+    max_pops_per_call: int = 100
+
+    def __post_init__(self) -> None:
+        if not self.robots_agent.strip():
+            raise ValueError("frontier.robots_agent must not be empty")
+        for name in ("max_queue", "max_urls_per_host", "max_attempts", "max_pops_per_call"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"frontier.{name} must be at least 1, got {getattr(self, name)!r}")
+        for name in ("lease_timeout_s", "robots_retry_max_s", "recrawl_after_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value <= 0:
+                raise ValueError(f"frontier.{name} must be a finite number > 0, got {value!r}")
+
+
+DEFAULT_FRONTIER_POLICY = FrontierPolicy()
+
+
+class RulesLike(Protocol):
+    """What the frontier needs from parsed robots rules (udfs.robots.RobotsRules)."""
+
+    def allowed(self, url: str, user_agent: str) -> bool: ...
+
+    def crawl_delay(self, user_agent: str) -> float | None: ...
+
+
+class Robots(str, enum.Enum):
+    """What is known about a host's robots.txt."""
+
+    NONE = "none"              # never fetched: only robots.txt may be leased
+    PARSED = "parsed"          # 2xx: rules from the stored body
+    ALLOW_ALL = "allow_all"    # 4xx: RFC 9309 §2.3.1.3 "unavailable"
+    UNREACHABLE = "unreachable"  # 5xx/429/timeouts/network: RFC 9309 §2.3.1.4 complete disallow, retry later
+
+
+class Verdict(str, enum.Enum):
+    """Every outcome of admission and release; the values are the metric names the operator counts."""
+
+    ADMITTED = "admitted"
+    SEEN = "dropped_seen"
+    QUEUE_FULL = "dropped_queue_full"
+    ROBOTS_DISALLOWED = "dropped_robots_disallowed"
+    HOST_BUDGET = "dropped_host_budget"
+    MALFORMED = "dropped_malformed"
+    WRONG_HOST = "dropped_wrong_host"
+
+
+@dataclass(frozen=True)
+class QueueItem:
+    """One queued URL; its row is `[url, fp, depth, priority, attempt, etag, last_modified]`."""
+
+    url: str
+    fp: int
+    depth: int = 0
+    priority: int = 5
+    attempt: int = 0
+    etag: str | None = None
+    last_modified: str | None = None
+
+    def to_row(self) -> str:
+        return json.dumps([self.url, self.fp, self.depth, self.priority, self.attempt, self.etag,
+                           self.last_modified], separators=(",", ":"))
+
+    @staticmethod
+    def from_row(row: str) -> QueueItem:
+        url, fp, depth, priority, attempt, etag, last_modified = json.loads(row)
+        return QueueItem(url, fp, depth, priority, attempt, etag, last_modified)
+
+
+class UrlStatus(str, enum.Enum):
+    QUEUED = "queued"          # in the queue or leased: in the frontier
+    DONE = "done"              # fetched (any HTTP answer or a final failure)
+    PARKED = "parked"          # gave up after max_attempts
+    DISALLOWED = "disallowed"  # robots.txt said no at release time
+
+
+@dataclass(frozen=True)
+class UrlRecord:
+    """One URL-table row: `[status, at, etag, last_modified]`; `at` is when the status was set."""
+
+    status: UrlStatus
+    at: float
+    etag: str | None = None
+    last_modified: str | None = None
+
+    def to_row(self) -> str:
+        return json.dumps([self.status.value, self.at, self.etag, self.last_modified], separators=(",", ":"))
+
+    @staticmethod
+    def from_row(row: str) -> UrlRecord:
+        status, at, etag, last_modified = json.loads(row)
+        return UrlRecord(UrlStatus(status), at, etag, last_modified)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The one request in flight for a host."""
+
+    lease_id: str
+    kind: str                  # "page" or "robots"
+    deadline: float
+    item: QueueItem
+
+
+def _empty_queues() -> tuple[tuple[int, int], ...]:
+    return tuple((0, 0) for _ in range(PRIORITIES))
+
+
+@dataclass(frozen=True)
+class HostState:
+    """The host row. `queues[p] = (head, tail)`: slots head..tail-1 of priority p hold queued URLs."""
+
+    scheme: str = "http"
+    robots: Robots = Robots.NONE
+    robots_expires_at: float = 0.0
+    robots_failures: int = 0
+    robots_retry_at: float = 0.0
+    crawl_delay: float | None = None
+    next_allowed_at: float = 0.0
+    backoff_s: float = 0.0
+    lease: Lease | None = None
+    lease_seq: int = 0
+    queues: tuple[tuple[int, int], ...] = field(default_factory=_empty_queues)
+    url_count: int = 0
+    timer_ms: int = 0          # the one processing-time timer registered for this host (0 = none)
+
+    @property
+    def queued(self) -> int:
+        return sum(tail - head for head, tail in self.queues)
+
+    def to_row(self) -> str:
+        lease = None
+        if self.lease is not None:
+            lease = [self.lease.lease_id, self.lease.kind, self.lease.deadline, self.lease.item.to_row()]
+        return json.dumps({
+            "v": STATE_VERSION, "scheme": self.scheme, "robots": self.robots.value,
+            "robots_expires_at": self.robots_expires_at, "robots_failures": self.robots_failures,
+            "robots_retry_at": self.robots_retry_at, "crawl_delay": self.crawl_delay,
+            "next_allowed_at": self.next_allowed_at, "backoff_s": self.backoff_s, "lease": lease,
+            "lease_seq": self.lease_seq, "queues": [list(q) for q in self.queues],
+            "url_count": self.url_count, "timer_ms": self.timer_ms,
+        }, separators=(",", ":"))
+
+    @staticmethod
+    def from_row(row: str | None) -> HostState:
+        """The host row from state (None: a host never seen). Raises ValueError on a foreign schema version."""
+        if row is None:
+            return HostState()
+        data = json.loads(row)
+        if data.get("v") != STATE_VERSION:
+            raise ValueError(f"host state schema version {data.get('v')!r}; this release reads {STATE_VERSION}")
+        lease = data["lease"]
+        return HostState(
+            scheme=data["scheme"], robots=Robots(data["robots"]), robots_expires_at=data["robots_expires_at"],
+            robots_failures=data["robots_failures"], robots_retry_at=data["robots_retry_at"],
+            crawl_delay=data["crawl_delay"], next_allowed_at=data["next_allowed_at"],
+            backoff_s=data["backoff_s"],
+            lease=None if lease is None else Lease(lease[0], lease[1], lease[2], QueueItem.from_row(lease[3])),
+            lease_seq=data["lease_seq"], queues=tuple((h, t) for h, t in data["queues"]),
+            url_count=data["url_count"], timer_ms=data["timer_ms"],
+        )
+
+
+def signed_fp(fp: int) -> int:
+    """A u64 url_fp (ARCHITECTURE.md §3) as the signed 64-bit key of the URL-table MapState (two's complement)."""
+    return fp - (1 << 64) if fp >= (1 << 63) else fp
+
+
+def slot_key(priority: int, seq: int) -> int:
+    """The queue-slot MapState key of the `seq`-th URL of a priority FIFO (per-host queue by priority, §1)."""
+    return priority * SLOT_SPAN + seq
+
+
+def robots_url(host: str, state: HostState) -> str:
+    """The host's robots.txt URL (RFC 9309 §2.3), over the scheme its first URL arrived with."""
+    return f"{state.scheme}://{host}/robots.txt"
+
+
+# --- admission -----------------------------------------------------------------------------------
+
+
+def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueItem | Verdict:
+    """A `UrlEntry` of a discovered batch as a QueueItem, or the Verdict that drops it (never raises).
+
+    MALFORMED: missing or mistyped fields. WRONG_HOST: the URL is not on `host` by `host_of`
+    (udfs.urls.host_key), so this host's robots.txt and politeness must not judge it.
+    """
+    if not isinstance(raw, dict):
+        return Verdict.MALFORMED
+    url, fp = raw.get("url"), raw.get("fp")
+    depth, priority = raw.get("depth", 0), raw.get("priority", 5)
+    if not isinstance(url, str) or not url or len(url) > _MAX_URL_LENGTH:
+        return Verdict.MALFORMED
+    if not isinstance(fp, int) or isinstance(fp, bool) or not 0 <= fp < (1 << 64):
+        return Verdict.MALFORMED
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
+        return Verdict.MALFORMED
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        return Verdict.MALFORMED
+    try:
+        if host_of(url) != host:
+            return Verdict.WRONG_HOST
+    except (ValueError, TypeError):
+        return Verdict.MALFORMED
+    return QueueItem(url, fp, depth, min(max(priority, 0), PRIORITIES - 1))
+
+
+@dataclass(frozen=True)
+class Admission:
+    verdict: Verdict
+    slot: int | None = None           # where to put `item` (ADMITTED only)
+    item: QueueItem | None = None
+    record: UrlRecord | None = None   # the URL-table row to write (ADMITTED only)
+
+
+def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: RulesLike | None, now: float,
+          policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> tuple[HostState, Admission]:
+    """Admit one URL to its host's queue, or say why not (§2 invariants 2, 3, 6).
+
+    Dedup against the URL table first (a queued URL, or one done/parked/disallowed within the crawl
+    cycle, is SEEN), then the host budget, the robots rules when known (checked again at release),
+    then the queue cap. `rules` is None while robots.txt is unknown or unreachable.
+    """
+    if record is not None and (record.status is UrlStatus.QUEUED or now - record.at < policy.recrawl_after_s):
+        return state, Admission(Verdict.SEEN)
+    if record is None and state.url_count >= policy.max_urls_per_host:
+        return state, Admission(Verdict.HOST_BUDGET)
+    if rules is not None and state.robots is Robots.PARSED and not _allowed(rules, item.url, policy):
+        return state, Admission(Verdict.ROBOTS_DISALLOWED)
+    in_frontier = state.queued + (1 if state.lease is not None and state.lease.kind == "page" else 0)
+    if in_frontier >= policy.max_queue:
+        return state, Admission(Verdict.QUEUE_FULL)
+    if record is not None:  # a recrawl: send the validators for a conditional GET
+        item = replace(item, etag=record.etag, last_modified=record.last_modified)
+    state, slot = push(state, item)
+    if state.robots is Robots.NONE and state.lease is None and state.queued == 1:
+        state = replace(state, scheme=item.url.partition("://")[0])
+    count = state.url_count + (1 if record is None else 0)
+    new_record = UrlRecord(UrlStatus.QUEUED, now, item.etag, item.last_modified)
+    return replace(state, url_count=count), Admission(Verdict.ADMITTED, slot, item, new_record)
+
+
+def _allowed(rules: RulesLike, url: str, policy: FrontierPolicy) -> bool:
+    """Fail closed: a rules object that raises disallows the URL."""
+    try:
+        return bool(rules.allowed(url, policy.robots_agent))
+    except Exception:  # noqa: BLE001 - hostile robots.txt must never fail the task
+        return False
+
+
+def push(state: HostState, item: QueueItem) -> tuple[HostState, int]:
+    """Append `item` to the FIFO of its priority (§1 per-host queue); returns the slot key to store it under."""
+    queues = list(state.queues)
+    head, tail = queues[item.priority]
+    queues[item.priority] = (head, tail + 1)
+    return replace(state, queues=tuple(queues)), slot_key(item.priority, tail)
+
+
+def pop(state: HostState) -> tuple[HostState, int | None]:
+    """Take the head slot of the highest non-empty priority (§1 per-host queue; None when all are empty)."""
+    for priority, (head, tail) in enumerate(state.queues):
+        if head < tail:
+            queues = list(state.queues)
+            queues[priority] = (head + 1, tail) if head + 1 < tail else (0, 0)
+            return replace(state, queues=tuple(queues)), slot_key(priority, head)
+    return state, None
+
+
+# --- release -------------------------------------------------------------------------------------
+
+
+class Step(str, enum.Enum):
+    FETCH_ROBOTS = "fetch_robots"   # lease robots.txt now
+    POP = "pop"                     # pop a URL and try to lease it
+    WAIT = "wait"                   # nothing to do before `Plan.at`
+    IDLE = "idle"                   # nothing queued: no timer needed
+
+
+@dataclass(frozen=True)
+class Plan:
+    step: Step
+    at: float = 0.0
+
+
+def robots_fresh(state: HostState, now: float) -> bool:
+    """Whether the host's robots.txt is known and within its cache TTL (§2 invariant 2, RFC 9309 §2.4)."""
+    return state.robots in (Robots.PARSED, Robots.ALLOW_ALL) and now < state.robots_expires_at
+
+
+def plan(state: HostState, now: float) -> Plan:
+    """What the host may do at `now` (§2 invariants 1-2): one lease at a time, robots.txt first,
+    nothing before next_allowed_at, nothing but a robots retry while robots.txt is unreachable."""
+    if state.lease is not None:
+        return Plan(Step.WAIT, state.lease.deadline)
+    if state.queued == 0:
+        return Plan(Step.IDLE)
+    not_before = state.next_allowed_at
+    if state.robots is Robots.UNREACHABLE:
+        not_before = max(not_before, state.robots_retry_at)
+    if now < not_before:
+        return Plan(Step.WAIT, not_before)
+    if not robots_fresh(state, now):
+        return Plan(Step.FETCH_ROBOTS)
+    return Plan(Step.POP)
+
+
+def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
+           policy: FrontierPolicy) -> tuple[HostState, FetchRequest]:
+    seq = state.lease_seq + 1
+    lease = Lease(f"{host}/{seq}", kind, now + policy.lease_timeout_s, item)
+    request: FetchRequest = {"host": host, "url": item.url, "fp": item.fp, "kind": kind,  # type: ignore[typeddict-item]
+                             "lease_id": lease.lease_id, "depth": item.depth, "attempt": item.attempt + 1}
+    if kind == "page":
+        request["etag"] = item.etag
+        request["last_modified"] = item.last_modified
+    return replace(state, lease=lease, lease_seq=seq), request
+
+
+def lease_robots(state: HostState, host: str, fp: int, now: float,
+                 policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> tuple[HostState, FetchRequest]:
+    """Lease the host's robots.txt (`fp` = url_fp of robots_url); only when plan() says FETCH_ROBOTS."""
+    item = QueueItem(robots_url(host, state), fp, 0, 0, state.robots_failures)
+    return _lease(state, "robots", item, host, now, policy)
+
+
+def lease_page(state: HostState, item: QueueItem, rules: RulesLike | None, host: str, now: float,
+               policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> tuple[HostState, FetchRequest | None, Verdict]:
+    """Lease a popped URL after checking the current robots rules again (§2 invariant 2).
+
+    Returns (state, request, Verdict.ADMITTED) or (state, None, ROBOTS_DISALLOWED) when the URL must
+    be dropped (the caller marks its URL-table row DISALLOWED). `rules` is None only under ALLOW_ALL.
+    """
+    if state.robots is Robots.PARSED and (rules is None or not _allowed(rules, item.url, policy)):
+        return state, None, Verdict.ROBOTS_DISALLOWED
+    state, request = _lease(state, "page", item, host, now, policy)
+    return state, request, Verdict.ADMITTED
+
+
+# --- outcomes ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to do after a completion, robots result or lease expiry."""
+
+    matched: bool                    # False: stale or unknown lease, ignored
+    record: UrlRecord | None = None  # URL-table row to write for `fp`
+    fp: int | None = None
+    requeue: QueueItem | None = None  # push again (the caller stores it at `slot`)
+    slot: int | None = None
+    parked: bool = False
+    store_robots: str | None = None  # robots body (base64) to store; "" clears it; None keeps it
+    robots_ok: bool = False          # robots.txt now known (2xx or 4xx)
+    robots_failed: bool = False      # robots.txt unreachable (5xx, 429, timeout, network, expiry)
+
+
+_RETRY_HEALTH = {Health.THROTTLED, Health.SERVER_ERROR, Health.TIMEOUT, Health.UNREACHABLE}
+
+
+def _retry_or_park(state: HostState, item: QueueItem, now: float,
+                   policy: FrontierPolicy) -> tuple[HostState, Outcome]:
+    attempt = item.attempt + 1
+    if attempt >= policy.max_attempts:
+        return state, Outcome(True, UrlRecord(UrlStatus.PARKED, now), item.fp, parked=True)
+    again = replace(item, attempt=attempt)
+    state, slot = push(state, again)
+    return state, Outcome(True, None, item.fp, again, slot)
+
+
+def _paced(state: HostState, health: Health, fetch_s: float, retry_after: float | None, now: float,
+           politeness: PolitenessPolicy) -> HostState:
+    backoff = next_backoff(state.backoff_s, health, politeness)
+    at = next_allowed_at(now, state.crawl_delay, fetch_s, backoff, retry_after, politeness)
+    return replace(state, backoff_s=backoff, next_allowed_at=at)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def on_completion(state: HostState, event: dict[str, Any], now: float,
+                  policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
+                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
+    """End the page lease a `Completion` event names (§2 invariants 1, 3); never raises on a bad event.
+
+    The host's clock restarts at `now` (the frontier's clock, not the fetcher's): next_allowed_at =
+    now + max(crawl_delay, 1/rate, 10 × fetch time), raised by backoff. 429/5xx/timeouts/network
+    errors put the URL back (attempt + 1) until max_attempts, then park it; anything else is DONE.
+    """
+    lease = state.lease
+    if lease is None or lease.kind != "page" or event.get("lease_id") != lease.lease_id \
+            or event.get("fp") != lease.item.fp:
+        return state, Outcome(False)
+    fetch_status = event.get("fetch_status")
+    http_status = event.get("http_status")
+    retry_after = _number(event.get("retry_after"))
+    health = classify_health(fetch_status if isinstance(fetch_status, str) else FetchStatus.ERROR.value,
+                             http_status if isinstance(http_status, int) else None, retry_after)
+    fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
+    state = _paced(replace(state, lease=None), health, fetch_s, retry_after, now, politeness)
+    if health in _RETRY_HEALTH:
+        return _retry_or_park(state, lease.item, now, policy)
+    etag, modified = event.get("etag"), event.get("last_modified")
+    record = UrlRecord(UrlStatus.DONE, now, etag if isinstance(etag, str) else None,
+                       modified if isinstance(modified, str) else None)
+    return state, Outcome(True, record, lease.item.fp)
+
+
+_ROBOTS_STATE = {RobotsVerdict.PARSE: Robots.PARSED, RobotsVerdict.ALLOW_ALL: Robots.ALLOW_ALL,
+                 RobotsVerdict.DISALLOW_ALL: Robots.UNREACHABLE}
+
+
+def robots_outcome(fetch_status: Any, http_status: Any,
+                   robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY) -> tuple[Robots | None, RobotsOutcome]:
+    """A RobotsResult's row of the RFC 9309 §2.3.1 status table (udfs.robots) as a robots state.
+
+    None means NOT_MODIFIED: keep what is known. The fetcher has already followed the redirects it
+    may, so a 3xx arriving here has exhausted them (§2.3.1.2: allow all). Never raises.
+    """
+    status = http_status if isinstance(http_status, int) and not isinstance(http_status, bool) else None
+    error = fetch_status if isinstance(fetch_status, str) else FetchStatus.ERROR.value
+    row = robots_verdict_for_status(status, error, redirects=RFC_MIN_REDIRECTS, max_redirects=RFC_MIN_REDIRECTS,
+                                    policy=robots_policy)
+    if row.verdict is RobotsVerdict.NOT_MODIFIED:
+        return None, row
+    return _ROBOTS_STATE.get(row.verdict, Robots.UNREACHABLE), row
+
+
+def robots_retry_delay(failures: int, first_s: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> float:
+    """Seconds before retrying an unreachable robots.txt after `failures` failures in a row:
+    `first_s` (RobotsPolicy.unreachable_ttl_s), doubling, capped at robots_retry_max_s."""
+    exponent = min(max(failures - 1, 0), 60)
+    return min(policy.robots_retry_max_s, first_s * (2.0 ** exponent))
+
+
+def _robots_failed(state: HostState, now: float, delay_s: float | None, policy: FrontierPolicy,
+                   robots_policy: RobotsPolicy) -> HostState:
+    """UNREACHABLE until a retry: `delay_s` when the table says not to retry soon, else the doubling backoff."""
+    failures = state.robots_failures + 1
+    if delay_s is None:
+        delay_s = robots_retry_delay(failures, robots_policy.unreachable_ttl_s, policy)
+    return replace(state, robots=Robots.UNREACHABLE, robots_failures=failures, robots_retry_at=now + delay_s)
+
+
+def on_robots(state: HostState, event: dict[str, Any], rules: RulesLike | None, now: float,
+              policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
+              politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
+              robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY) -> tuple[HostState, Outcome]:
+    """End the robots lease a `RobotsResult` names and move the robots state machine (§2 invariant 2).
+
+    `rules` are the caller's parse of the event's body (used for Crawl-delay; only read on 2xx).
+    NONE/expired --lease--> (2xx) PARSED | (4xx, spent redirects) ALLOW_ALL, fresh for cache_ttl_s
+                            | (304) as before, fresh again | (5xx, 429, timeout, network) UNREACHABLE
+                            until robots_retry_at (a blocked host: until cache_ttl_s).
+    """
+    lease = state.lease
+    if lease is None or lease.kind != "robots" or event.get("lease_id") != lease.lease_id:
+        return state, Outcome(False)
+    verdict, row = robots_outcome(event.get("fetch_status"), event.get("http_status"), robots_policy)
+    if verdict is None:  # 304: the stored rules stand, if there are any
+        verdict = state.robots if state.robots in (Robots.PARSED, Robots.ALLOW_ALL) else Robots.UNREACHABLE
+    fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
+    state = replace(state, lease=None)
+    if verdict is Robots.UNREACHABLE:
+        delay = None if row.retry else row.ttl_s
+        state = _robots_failed(state, now, delay, policy, robots_policy)
+        return _paced(state, Health.SERVER_ERROR, fetch_s, None, now, politeness), Outcome(True, robots_failed=True)
+    crawl_delay = state.crawl_delay if row.verdict is RobotsVerdict.NOT_MODIFIED else None
+    if row.verdict is RobotsVerdict.PARSE and rules is not None:
+        try:
+            crawl_delay = _number(rules.crawl_delay(policy.robots_agent))
+        except Exception:  # noqa: BLE001 - a hostile file must not fail the task; default delay applies
+            crawl_delay = None
+    body: str | None = None  # 304 keeps the stored body
+    if row.verdict is RobotsVerdict.PARSE:
+        raw = event.get("body_b64")
+        body = raw if isinstance(raw, str) else ""
+    elif verdict is Robots.ALLOW_ALL:
+        body = ""
+    state = replace(state, robots=verdict, robots_expires_at=now + row.ttl_s, robots_failures=0,
+                    robots_retry_at=0.0, crawl_delay=crawl_delay)
+    state = _paced(state, Health.HEALTHY, fetch_s, None, now, politeness)
+    return state, Outcome(True, store_robots=body, robots_ok=True)
+
+
+def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
+                 politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
+                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY) -> tuple[HostState, Outcome]:
+    """At a timer: a lease past its deadline ends with no completion (at-least-once, §1).
+
+    A page goes back to its queue with attempt + 1 (parked at max_attempts); a robots lease counts as
+    an unreachable robots.txt. Both raise the host's backoff like a timeout.
+    """
+    lease = state.lease
+    if lease is None or now < lease.deadline:
+        return state, Outcome(False)
+    state = _paced(replace(state, lease=None), Health.TIMEOUT, 0.0, None, now, politeness)
+    if lease.kind == "robots":
+        return _robots_failed(state, now, None, policy, robots_policy), Outcome(True, robots_failed=True)
+    return _retry_or_park(state, lease.item, now, policy)
+
+
+def timer_ms(at: float) -> int:
+    """A wake-up time in epoch seconds as the processing-time timer (ms) that fires no earlier (§2 invariant 1)."""
+    return int(math.ceil(at * 1000.0))
+
+
+def wake_ms(state: HostState, now: float) -> int:
+    """The one timer the host needs after this call (0 = none): the lease deadline, or when
+    plan() would next change its answer."""
+    step = plan(state, now)
+    if step.step is Step.IDLE:
+        return 0
+    if step.step is Step.WAIT:
+        return timer_ms(step.at)
+    return timer_ms(now)  # work left over (max_pops_per_call reached): come back at once

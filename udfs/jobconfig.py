@@ -1,0 +1,37 @@
+"""How the Flink job itself is shaped: parallelism, checkpoints, capacities, output locations."""
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPolicy:
+    """The `[job]` section of the crawl configuration."""
+
+    # Frontier shards. Hosts are spread over them by Flink key groups (ARCHITECTURE.md §6).
+    parallelism: int = 1
+    # Fixed for the life of the savepoints: rescaling beyond it needs a fresh state.
+    max_parallelism: int = 128
+    # How often state and Kafka offsets are snapshotted; also bounds repeated fetches after a crash.
+    checkpoint_interval_ms: int = 10_000
+    # Fetches in flight per fetch subtask (each is for a different host: the frontier leases one per host).
+    fetch_capacity: int = 256
+    # Parallel async fetch subtasks (each is a Python worker process).
+    fetch_parallelism: int = 1
+    # Where WARC files go: a local directory (default) or s3://bucket/prefix.
+    warc_root: str = "out/warc"
+    # Kafka consumer group of the job's frontier source.
+    group_id: str = "crawler"
+    # Processing bundles of the Python workers: small bundles keep timers and checkpoints prompt.
+    bundle_time_ms: int = 100
+    bundle_size: int = 100
+
+    def __post_init__(self) -> None:
+        for name in ("parallelism", "max_parallelism", "checkpoint_interval_ms", "fetch_capacity",
+                     "fetch_parallelism", "bundle_time_ms", "bundle_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.parallelism > self.max_parallelism:
+            raise ValueError(f"parallelism {self.parallelism} exceeds max_parallelism {self.max_parallelism}")
+        if not self.warc_root:
+            raise ValueError("warc_root must name a directory or an s3:// prefix")

@@ -1,0 +1,185 @@
+"""The data contracts between the job's operators and on its Kafka topics.
+
+Records are plain JSON-compatible dicts (never pickled project classes), each carrying the schema
+version `v`, so a new release can read what an old one wrote (ARCHITECTURE.md §3). The TypedDicts
+below document the fields; `encode`/`decode` are the one place that turns them into topic bytes.
+
+Topics
+- `crawl.frontier` (key = host_key): `DiscoveredBatch`, `Completion`, `RobotsResult` events.
+- `pages.parsed`   (key = url_fp as decimal text): `ParsedPage`.
+Between operators: `FetchRequest` (frontier → fetcher), `FetchResult` (fetcher → parse / WARC).
+"""
+from __future__ import annotations
+
+import base64
+import enum
+import json
+from typing import Any, Literal, NotRequired, TypedDict
+
+SCHEMA_VERSION = 1
+
+# Topic names, in one place.
+TOPIC_FRONTIER = "crawl.frontier"
+TOPIC_PAGES = "pages.parsed"
+TOPIC_CONTROL = "crawl.control"
+TOPIC_STATUS = "crawl.status"
+ALL_TOPICS = (TOPIC_FRONTIER, TOPIC_PAGES, TOPIC_CONTROL, TOPIC_STATUS)
+
+
+class FetchStatus(str, enum.Enum):
+    """What happened to one fetch, as data (StormCrawler's Status, httpx's exception map)."""
+
+    OK = "ok"                      # a complete HTTP response (any status code)
+    TIMEOUT = "timeout"            # connect, first-byte or total deadline passed
+    CONN_ERROR = "conn_error"      # refused, reset, TLS or protocol failure
+    DNS_ERROR = "dns_error"        # the host name did not resolve
+    BLOCKED = "blocked"            # the SSRF guard refused the address before connecting
+    TOO_LARGE = "too_large"        # body or decompressed body over its cap (response kept, truncated)
+    TOO_SLOW = "too_slow"          # transfer speed under the minimum
+    BAD_CONTENT_TYPE = "bad_content_type"  # not a type we archive/parse (headers kept, body dropped)
+    ERROR = "error"                # anything else; the reason says what
+
+
+class UrlEntry(TypedDict):
+    url: str            # normalised (udfs.urls.normalize_url)
+    fp: int             # udfs.urls.url_fp(url)
+    depth: int          # hops from a seed
+    priority: int       # 0 (highest) .. 9
+    source: str         # "seed", "link", "redirect", "sitemap", "recrawl"
+
+
+class DiscoveredBatch(TypedDict):
+    """New URLs for one host (one record per page and target host, not one per link)."""
+
+    v: int
+    type: Literal["discovered"]
+    host: str
+    urls: list[UrlEntry]
+
+
+class Completion(TypedDict):
+    """The end of one lease: the fetcher's outcome for one page URL, returned to its host's frontier."""
+
+    v: int
+    type: Literal["completion"]
+    host: str
+    lease_id: str
+    url: str
+    fp: int
+    fetch_status: str           # FetchStatus value
+    http_status: int | None
+    started_at: float           # epoch seconds
+    done_at: float
+    fetch_ms: float
+    bytes: int
+    content_hash: str | None    # "sha256:<hex>" of the payload
+    simhash: int | None
+    etag: str | None
+    last_modified: str | None
+    redirect: str | None        # normalised Location target for 3xx
+    retry_after: float | None   # seconds, from Retry-After on 429/503
+
+
+class RobotsResult(TypedDict):
+    """The outcome of a robots.txt fetch; the body travels so the frontier can keep the rules in state."""
+
+    v: int
+    type: Literal["robots"]
+    host: str
+    lease_id: str
+    fetch_status: str
+    http_status: int | None
+    fetched_at: float
+    fetch_ms: float
+    body_b64: str               # robots.txt body (capped by RobotsPolicy), base64
+
+
+class FetchRequest(TypedDict):
+    host: str
+    url: str
+    fp: int
+    kind: Literal["page", "robots"]
+    lease_id: str
+    depth: int
+    attempt: int
+    etag: NotRequired[str | None]
+    last_modified: NotRequired[str | None]
+
+
+class FetchResult(TypedDict):
+    request: FetchRequest
+    url: NotRequired[str]       # the URL of the response (differs from request.url after robots redirects)
+    fetch_status: str
+    reason: str                 # human-readable detail for failures ("" when ok)
+    http_status: int | None
+    http_reason: str
+    http_version: NotRequired[str]   # "1.1" / "1.0", for the WARC status line
+    headers: list[tuple[str, str]]   # as received, in order
+    request_headers: NotRequired[list[tuple[str, str]]]  # as sent, for the WARC request record
+    body: bytes                 # decoded transfer (de-chunked, decompressed), capped
+    ip: str | None
+    started_at: float
+    done_at: float
+    truncated: str | None       # WARC-Truncated reason ("length", "time") when capped
+
+
+class ParsedPage(TypedDict):
+    v: int
+    url: str
+    url_fp: int
+    final_url: str
+    fetched_at: float
+    http_status: int
+    content_type: str | None
+    content_hash: str
+    simhash: int
+    duplicate_of: str | None
+    near_duplicate_of: str | None
+    title: str | None
+    lang: str | None
+    text: str
+    links: list[str]
+    warc_path: str
+    warc_offset: int
+    warc_length: int
+
+
+class ContractError(ValueError):
+    """A record on a topic does not match its contract; the message says which field and why."""
+
+
+_FRONTIER_TYPES = {"discovered", "completion", "robots"}
+
+
+def encode(record: dict[str, Any]) -> bytes:
+    """Serialise a record for Kafka (compact JSON, UTF-8)."""
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def decode_frontier_event(raw: bytes | str) -> dict[str, Any]:
+    """Parse and check one `crawl.frontier` value; raises ContractError with the reason when malformed."""
+    try:
+        event = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ContractError(f"not JSON: {exc}") from None
+    if not isinstance(event, dict):
+        raise ContractError("event is not a JSON object")
+    version = event.get("v")
+    if version != SCHEMA_VERSION:
+        raise ContractError(f"unsupported schema version {version!r} (this release reads {SCHEMA_VERSION})")
+    kind = event.get("type")
+    if kind not in _FRONTIER_TYPES:
+        raise ContractError(f"unknown event type {kind!r}; expected one of {sorted(_FRONTIER_TYPES)}")
+    if not isinstance(event.get("host"), str) or not event["host"]:
+        raise ContractError("event has no host")
+    if kind == "discovered" and not isinstance(event.get("urls"), list):
+        raise ContractError("discovered event has no urls list")
+    return event
+
+
+def b64(body: bytes) -> str:
+    return base64.b64encode(body).decode("ascii")
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text.encode("ascii"), validate=False)

@@ -1,0 +1,632 @@
+"""robots.txt: parsing, matching and the fetch-status table (RFC 9309).
+
+`parse_robots(body)` turns the bytes of a robots.txt into `RobotsRules`; `rules.allowed(url, agent)`
+answers one URL. Matching follows RFC 9309 and, where the RFC leaves room, Google's reference
+parser (google/robotstxt), which is the oracle of our conformance and real-world suites:
+
+- groups are started by `user-agent` lines and ended only by `allow`/`disallow` lines (§2.2.4: other
+  records such as `Crawl-delay` or `Sitemap` do not end a group);
+- our agent's product token (its User-Agent up to the first `/` or space) is matched
+  case-insensitively against each line's token (§2.2.1); all groups naming it are merged, and the
+  `*` groups apply only when none does;
+- the longest matching pattern wins and `allow` wins a tie (§2.2.2); `*` matches any run of octets
+  and a final `$` anchors the end (§2.2.3); `/robots.txt` itself is always allowed (§2.2.2).
+
+Paths are compared as percent-encoded octets (§2.2.2): patterns and URL paths are brought to one
+canonical form (`%xx` upper-cased; `$` and `*` as data, controls, space, backslash and
+`"<>^`{|}[]` escaped; in patterns also every octet >= 0x80). The URL is expected to be normalised
+already (`udfs.urls.normalize_url`, which percent-encodes non-ASCII); raw non-ASCII left in it is
+compared as it is, as Google's parser and its normative tests do. A `Disallow` written with escaped
+unreserved octets (`/%7Ejoe/`) also covers the decoded spelling that normalised URLs use
+(docs/decisions/0200-robots-matching.md).
+
+`rules_for_fetch(status, body, error)` is the RFC 9309 §2.3.1 status table: what a robots.txt fetch
+outcome means for the host (parse, allow all, disallow all and retry, follow the redirect;
+docs/decisions/0201-robots-fetch-status-table.md).
+"""
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+_KIB: Final = 1024
+# RFC 9309 §2.5: a parsing limit, if any, MUST be at least 500 KiB.
+RFC_MIN_PARSE_BYTES: Final = 500 * _KIB
+# RFC 9309 §2.3.1.2: crawlers SHOULD follow at least five consecutive redirects.
+RFC_MIN_REDIRECTS: Final = 5
+# RFC 9309 §2.4: a cached robots.txt SHOULD NOT be used for more than 24 hours.
+RFC_MAX_CACHE_S: Final = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class RobotsPolicy:
+    """How robots.txt bodies are parsed and how long a verdict holds (section `[robots]`).
+
+    max_bytes: bytes of a body that are parsed; the rest is ignored (512 KiB; RFC 9309 §2.5 asks
+        for at least 500 KiB, so smaller values are refused).
+    max_sitemaps: `Sitemap:` URLs kept per file, first ones first (1,000); bounds the state.
+    cache_ttl_s: how long parsed rules, or the allow-all of a 4xx, are used before the file is
+        fetched again (86,400 s; RFC 9309 §2.4 says no longer than 24 hours).
+    unreachable_ttl_s: how long the disallow-all of an unreachable robots.txt (5xx, 429, network
+        error) holds before a new fetch is tried (600 s).
+    """
+
+    max_bytes: int = 512 * _KIB
+    max_sitemaps: int = 1000
+    cache_ttl_s: float = RFC_MAX_CACHE_S
+    unreachable_ttl_s: float = 600.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_bytes, int) or self.max_bytes < RFC_MIN_PARSE_BYTES:
+            raise ValueError(
+                f"max_bytes must be an integer of at least {RFC_MIN_PARSE_BYTES} (500 KiB, RFC 9309 §2.5), "
+                f"got {self.max_bytes!r}"
+            )
+        if not isinstance(self.max_sitemaps, int) or self.max_sitemaps < 0:
+            raise ValueError(f"max_sitemaps must be a non-negative integer, got {self.max_sitemaps!r}")
+        if not 0 < self.cache_ttl_s <= RFC_MAX_CACHE_S:
+            raise ValueError(
+                f"cache_ttl_s must be in (0, {RFC_MAX_CACHE_S:g}] seconds (RFC 9309 §2.4), got {self.cache_ttl_s!r}"
+            )
+        if not 0 < self.unreachable_ttl_s <= RFC_MAX_CACHE_S:
+            raise ValueError(
+                f"unreachable_ttl_s must be in (0, {RFC_MAX_CACHE_S:g}] seconds, got {self.unreachable_ttl_s!r}"
+            )
+
+
+DEFAULT_ROBOTS_POLICY: Final = RobotsPolicy()
+
+
+# --------------------------------------------------------------------------------------------
+# Product tokens and URL paths
+
+
+_PRODUCT: Final = re.compile(r"[^\s/]*")
+_RFC_TOKEN: Final = re.compile(r"[A-Za-z_-]*")
+
+
+def product_token(user_agent: str) -> str:
+    """The product token of a User-Agent string: what comes before the first `/` or space.
+
+    `"FlinkCrawler/0.1 (+https://example.org/bot)"` gives `"FlinkCrawler"` (RFC 9110 §10.1.5
+    product; RFC 9309 §2.2.1 matches this token against the groups). Never raises.
+    """
+    match = _PRODUCT.match(user_agent)
+    return match.group(0) if match else ""
+
+
+def is_valid_product_token(token: str) -> bool:
+    """Whether `token` is a non-empty product token made only of `[A-Za-z_-]` (RFC 9309 §2.2.1)."""
+    return _RFC_TOKEN.fullmatch(token) is not None and bool(token)
+
+
+def _line_tokens(value: str) -> set[str]:
+    """The lower-cased names a `user-agent` line value answers to.
+
+    Its leading `[A-Za-z_-]` run, as Google's parser reads it (`FOO BAR` is `foo`, `Googlebot/2.1`
+    is `googlebot`), and its whole product token, so that an agent named outside RFC 9309's
+    alphabet (`Rule1Bot`, `2bot`) still finds the group written for it.
+    """
+    cut = _RFC_TOKEN.match(value)
+    return {name.lower() for name in (cut.group(0) if cut else "", product_token(value)) if name}
+
+
+# Octets compared in percent-encoded form on both sides (RFC 9309 §2.2.2, §2.2.3): those that
+# udfs.urls escapes in a normalised URL (controls, space, " < > \ ^ ` { | } [ ]), and `$` / `*` as
+# data (so a pattern's `%24` matches a URL's `$`, and a `$` inside a pattern matches `%24`). In
+# patterns also every octet >= 0x80; in URLs non-ASCII is left as it is (see the module docstring).
+_PATH_ESCAPES: Final = re.compile(r"%[0-9A-Fa-f]{2}|[\x00-\x20\"<>\\^`{|}\[\]\x7f$*]")
+_PATTERN_ESCAPES: Final = re.compile(rb"%[0-9A-Fa-f]{2}|[\x00-\x20\"<>\\^`{|}\[\]\x7f-\xff]|\$(?!\Z)")
+# An escaped unreserved octet (RFC 3986 §2.3) in a canonical pattern; udfs.urls decodes these.
+_ESCAPED_UNRESERVED: Final = re.compile(r"%(?:3[0-9]|4[1-9A-F]|5[0-9A]|6[1-9A-F]|7[0-9A]|2[DE]|5F|7E)")
+_PATH_START: Final = re.compile(r"[/?;]")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    text = match.group(0)
+    return text.upper() if len(text) == 3 else f"%{ord(text):02X}"
+
+
+def _escape_octet(match: re.Match[bytes]) -> bytes:
+    octets = match.group(0)
+    return octets.upper() if len(octets) == 3 else b"%%%02X" % octets[0]
+
+
+def url_match_path(url: str) -> str:
+    """The part of `url` that rules are matched against: path, params and query (RFC 9309 §2.2.2).
+
+    The scheme and authority are dropped, so is the fragment; the result always starts with `/`
+    (`"http://a.example"` gives `"/"`, `"http://a.example?q"` gives `"/?q"`), `%xx` escapes are
+    upper-cased (RFC 3986 §6.2.2.1) and the octets listed above are percent-encoded. Never raises.
+    """
+    start = 0
+    if url.startswith("https://"):
+        authority = 8
+    elif url.startswith("http://"):
+        authority = 7
+    else:
+        start = 2 if url.startswith("//") else 0
+        early = _PATH_START.search(url, start)
+        scheme_end = url.find("://", start)
+        if scheme_end < 0 or (early is not None and early.start() < scheme_end):
+            authority = start
+        else:
+            authority = scheme_end + 3
+    found = _PATH_START.search(url, authority)
+    if found is None:
+        return "/"
+    path_start = found.start()
+    hash_pos = url.find("#", start)
+    if 0 <= hash_pos < path_start:
+        return "/"
+    path = url[path_start:hash_pos] if hash_pos >= 0 else url[path_start:]
+    if path[0] != "/":
+        path = "/" + path
+    return _PATH_ESCAPES.sub(_escape_char, path)
+
+
+def canonical_pattern(raw: bytes) -> str:
+    """An allow/disallow value in canonical percent-encoded form (RFC 9309 §2.2.2, §2.2.3).
+
+    Octets >= 0x80 (UTF-8 of non-ASCII characters) and the octets listed above become `%XX`,
+    `%xx` escapes are upper-cased, a `$` that is not the last octet becomes `%24`; `*` and a
+    final `$` keep their special meaning. Never raises.
+    """
+    return _PATTERN_ESCAPES.sub(_escape_octet, raw).decode("ascii")
+
+
+# --------------------------------------------------------------------------------------------
+# Compiled rules
+
+# One allow/disallow line compiled for matching: (head, tail, anchored, allow, priority).
+# `head` must be a prefix of the path. For a pattern with `*`, `tail` holds the pieces after the
+# first `*` (the last one is matched at the end when `anchored`, i.e. the pattern ended in `$`);
+# a pattern without `*` that ends in `$` has `tail == ()` and must equal `head`; a plain prefix
+# pattern has `tail is None`. `priority` is the octet length of the canonical pattern (§2.2.2).
+_Rule = tuple[str, "tuple[str, ...] | None", bool, bool, int]
+# Rules whose head fixes the first octet after "/" are filed under head[:2]; the rest are generic.
+_Matcher = tuple[dict[str, tuple[_Rule, ...]], tuple[_Rule, ...]]
+
+
+def _compile_rule(allow: bool, pattern: str, priority: int) -> _Rule:
+    anchored = pattern.endswith("$")
+    body = pattern[:-1] if anchored else pattern
+    if "*" not in body:
+        return (body, () if anchored else None, anchored, allow, priority)
+    head, *rest = body.split("*")
+    return (head, tuple(rest), anchored, allow, priority)
+
+
+def _rank(rule: _Rule) -> int:
+    return -2 * rule[4] - rule[3]  # longest first, allow before disallow on a tie
+
+
+def _compile(lines: Iterable[_Rule]) -> _Matcher:
+    """Sort rules longest first, allow before disallow on a tie, and file them by head[:2]."""
+    rules = sorted(dict.fromkeys(lines), key=_rank)
+    buckets: dict[str, list[_Rule]] = {}
+    generic: list[_Rule] = []
+    for rule in rules:
+        if len(rule[0]) >= 2:
+            buckets.setdefault(rule[0][:2], []).append(rule)
+        else:
+            generic.append(rule)
+    return {key: tuple(value) for key, value in buckets.items()}, tuple(generic)
+
+
+def _tail_matches(path: str, pos: int, tail: tuple[str, ...], anchored: bool) -> bool:
+    """Match the pieces after the first `*` from `pos` on.
+
+    Taking each middle piece at its leftmost occurrence is optimal, so this runs in linear time:
+    no backtracking that a hostile `/*a*a*a*a*b` pattern could blow up.
+    """
+    if not tail:  # "/exact$"
+        return len(path) == pos
+    last = len(tail) - 1
+    for i in range(last):
+        piece = tail[i]
+        found = path.find(piece, pos)
+        if found < 0:
+            return False
+        pos = found + len(piece)
+    piece = tail[last]
+    if anchored:
+        return path.endswith(piece) and len(path) - len(piece) >= pos
+    return path.find(piece, pos) >= 0
+
+
+def _decide(matcher: _Matcher, path: str) -> bool:
+    """Longest match wins, allow wins a tie, no match allows (RFC 9309 §2.2.2).
+
+    Each list is sorted so that its first match is its best; the generic list is only read down
+    to the priority already found in the path's bucket.
+    """
+    best, verdict = -1, True
+    for head, tail, anchored, allow, priority in matcher[0].get(path[:2], ()):
+        if path.startswith(head) and (tail is None or _tail_matches(path, len(head), tail, anchored)):
+            best, verdict = priority, allow
+            break
+    for head, tail, anchored, allow, priority in matcher[1]:
+        if priority < best:
+            break
+        if path.startswith(head) and (tail is None or _tail_matches(path, len(head), tail, anchored)):
+            if priority > best or allow:
+                verdict = allow
+            break
+    return verdict
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+
+class _Group:
+    """The agents of one group and the records under them, in file order."""
+
+    __slots__ = ("tokens", "is_global", "rules", "delays")
+
+    def __init__(self) -> None:
+        self.tokens: set[str] = set()
+        self.is_global = False
+        self.rules: list[_Rule] = []
+        self.delays: list[float] = []
+
+
+class _Key(enum.Enum):
+    USER_AGENT = 1
+    ALLOW = 2
+    DISALLOW = 3
+    SITEMAP = 4
+    CRAWL_DELAY = 5
+
+
+# Exact spellings first; Google's parser also accepts these as prefixes of a longer key and the
+# common typos listed (robots.cc, kAllowFrequentTypos), which real files use.
+_KEYS: Final = {
+    b"user-agent": _Key.USER_AGENT, b"allow": _Key.ALLOW, b"disallow": _Key.DISALLOW,
+    b"sitemap": _Key.SITEMAP, b"crawl-delay": _Key.CRAWL_DELAY,
+}
+_KEY_PREFIXES: Final = (
+    (b"user-agent", _Key.USER_AGENT), (b"useragent", _Key.USER_AGENT), (b"user agent", _Key.USER_AGENT),
+    (b"allow", _Key.ALLOW),
+    (b"disallow", _Key.DISALLOW), (b"dissallow", _Key.DISALLOW), (b"dissalow", _Key.DISALLOW),
+    (b"disalow", _Key.DISALLOW), (b"diasllow", _Key.DISALLOW), (b"disallaw", _Key.DISALLOW),
+    (b"sitemap", _Key.SITEMAP), (b"site-map", _Key.SITEMAP),
+    (b"crawl-delay", _Key.CRAWL_DELAY), (b"crawldelay", _Key.CRAWL_DELAY),
+)
+_BOM: Final = b"\xef\xbb\xbf"
+_SPACE: Final = b" \t\v\f"
+_DELAY_NUMBER: Final = re.compile(rb"[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?")
+_HTML_START: Final = re.compile(rb"\s*<(?:!doctype\s+html|html[\s>]|head[\s>]|body[\s>])", re.IGNORECASE)
+_AGENT_CACHE_SIZE: Final = 64
+
+
+def _key_of(raw: bytes) -> _Key | None:
+    key = raw.lower()
+    found = _KEYS.get(key)
+    if found is not None:
+        return found
+    for prefix, kind in _KEY_PREFIXES:
+        if key.startswith(prefix):
+            return kind
+    return None
+
+
+def _split_line(line: bytes) -> tuple[bytes, bytes] | None:
+    """`key: value` of one comment-free, stripped line; None when it is not one (RFC 9309 §2.2).
+
+    Like Google's parser, a missing colon is accepted when the line is exactly two words
+    (`Disallow /x`), a common mistake that the site owner meant as a rule.
+    """
+    colon = line.find(b":")
+    if colon >= 0:
+        key, value = line[:colon].rstrip(_SPACE), line[colon + 1:].lstrip(_SPACE)
+    else:
+        words = line.split()
+        if len(words) != 2:
+            return None
+        key, value = words
+    return (key, value) if key else None
+
+
+def _add_rule(rules: list[_Rule], allow: bool, pattern: str) -> None:
+    """Add one rule; a disallow with escaped unreserved octets also covers their decoded spelling.
+
+    `Disallow: /%7Ejoe/` must keep `/~joe/` out, the form our normalised URLs take (RFC 3986
+    §6.2.2.2). An allow stays literal, as Google's normative ID_Encoding cases require, so
+    the doubt goes to the side of not fetching.
+    """
+    rules.append(_compile_rule(allow, pattern, len(pattern)))
+    if not allow and _ESCAPED_UNRESERVED.search(pattern):
+        decoded = _ESCAPED_UNRESERVED.sub(lambda m: chr(int(m.group(0)[1:], 16)), pattern)
+        rules.append(_compile_rule(allow, decoded, len(pattern)))
+
+
+def _crawl_delay(value: bytes) -> float | None:
+    match = _DELAY_NUMBER.match(value)
+    if match is None:
+        return None
+    delay = float(match.group(0))
+    return delay if math.isfinite(delay) else None
+
+
+class RobotsRules:
+    """The parsed rules of one robots.txt; answers `allowed`, `crawl_delay` and `sitemaps`.
+
+    Built by `parse_robots`, `allow_all()` or `disallow_all()`. Read-only for its users; the only
+    thing that changes after construction is a small per-agent cache of resolved groups.
+
+    directives / unknown_directives count the recognised and unrecognised `key: value` lines
+    (for metrics); looks_like_html says the body was an HTML page (usually a soft 404);
+    truncated says the body was longer than the policy's `max_bytes`.
+    """
+
+    __slots__ = ("_specific", "_global", "_sitemaps", "_cache",
+                 "directives", "unknown_directives", "looks_like_html", "truncated")
+
+    def __init__(
+        self,
+        groups: Iterable[_Group] = (),
+        sitemaps: Iterable[str] = (),
+        *,
+        directives: int = 0,
+        unknown_directives: int = 0,
+        looks_like_html: bool = False,
+        truncated: bool = False,
+    ) -> None:
+        self._specific: dict[str, list[_Group]] = {}
+        self._global: list[_Group] = []
+        for group in groups:
+            if group.is_global:
+                self._global.append(group)
+            for token in group.tokens:
+                self._specific.setdefault(token, []).append(group)
+        self._sitemaps = list(sitemaps)
+        self._cache: dict[str, tuple[_Matcher, float | None]] = {}
+        self.directives = directives
+        self.unknown_directives = unknown_directives
+        self.looks_like_html = looks_like_html
+        self.truncated = truncated
+
+    @classmethod
+    def allow_all(cls) -> RobotsRules:
+        """Rules that allow every URL: no robots.txt (4xx, RFC 9309 §2.3.1.3) or an empty one."""
+        return cls()
+
+    @classmethod
+    def disallow_all(cls) -> RobotsRules:
+        """Rules that disallow every URL but /robots.txt: robots.txt unreachable (RFC 9309 §2.3.1.4)."""
+        group = _Group()
+        group.is_global = True
+        group.rules.append(_compile_rule(False, "/", 1))
+        return cls([group])
+
+    @property
+    def sitemaps(self) -> list[str]:
+        """The `Sitemap:` URLs of the file in order, without repeats (a copy; RFC 9309 §2.2.4)."""
+        return list(self._sitemaps)
+
+    def allowed(self, url: str, user_agent: str) -> bool:
+        """Whether `user_agent` may fetch `url` (RFC 9309 §2.2.1-2.2.3).
+
+        `url` is an absolute, normalised URL (or a path); `user_agent` a full User-Agent string
+        or just its product token. Never raises.
+        """
+        path = url_match_path(url)
+        if path == "/robots.txt":
+            return True
+        return _decide(self._resolve(user_agent)[0], path)
+
+    def crawl_delay(self, user_agent: str) -> float | None:
+        """The largest `Crawl-delay` (seconds) in the groups that apply to `user_agent`, or None.
+
+        Crawl-delay is not part of RFC 9309 (§2.2.4 lets other records exist); taking the largest
+        of merged groups errs on the side of politeness. Negative, non-numeric and infinite
+        values are ignored; capping is the politeness policy's job. Never raises.
+        """
+        return self._resolve(user_agent)[1]
+
+    def _resolve(self, user_agent: str) -> tuple[_Matcher, float | None]:
+        cached = self._cache.get(user_agent)
+        if cached is not None:
+            return cached
+        token = product_token(user_agent).lower()
+        groups = self._specific.get(token) if token else None
+        if not groups:
+            groups = self._global
+        matcher = _compile(rule for group in groups for rule in group.rules)
+        delays = [delay for group in groups for delay in group.delays]
+        resolved = (matcher, max(delays) if delays else None)
+        if len(self._cache) >= _AGENT_CACHE_SIZE:
+            self._cache.clear()
+        self._cache[user_agent] = resolved
+        return resolved
+
+    def __repr__(self) -> str:
+        groups = len({id(g) for gs in self._specific.values() for g in gs} | {id(g) for g in self._global})
+        return (f"RobotsRules(groups={groups}, sitemaps={len(self._sitemaps)}, "
+                f"directives={self.directives}, html={self.looks_like_html}, truncated={self.truncated})")
+
+
+def parse_robots(body: bytes, policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY) -> RobotsRules:
+    """Parse a robots.txt body (RFC 9309 §2.2, §2.5). Never raises, whatever the bytes.
+
+    Only the first `policy.max_bytes` are read. A leading UTF-8 byte order mark (or a prefix of
+    one, as Google's parser skips) is ignored; lines end at CR, LF or CRLF; `#` starts a comment;
+    keys are case-insensitive; lines that are not `key: value`, unknown keys and rules before any
+    `user-agent` line are skipped. A body that is an HTML page is parsed the same way (its tags
+    are not directives, so a soft-404 page gives no rules) and flagged `looks_like_html`.
+    """
+    if isinstance(body, str):
+        body = body.encode("utf-8", "surrogatepass")
+    data = bytes(body[:policy.max_bytes])
+    truncated = len(body) > policy.max_bytes
+    for size in (3, 2, 1):
+        if data[:size] == _BOM[:size]:
+            data = data[size:]
+            break
+
+    groups: list[_Group] = []
+    current: _Group | None = None
+    in_rules = False  # an allow/disallow line was seen: the next user-agent line starts a group
+    sitemaps: dict[str, None] = {}
+    directives = unknown = 0
+    for line in data.splitlines():
+        hash_pos = line.find(b"#")
+        if hash_pos >= 0:
+            line = line[:hash_pos]
+        line = line.strip(_SPACE)
+        if not line:
+            continue
+        pair = _split_line(line)
+        if pair is None:
+            continue
+        key = _key_of(pair[0])
+        if key is None:
+            unknown += 1
+            continue
+        directives += 1
+        value = pair[1]
+        if key is _Key.USER_AGENT:
+            if current is None or in_rules:
+                current = _Group()
+                groups.append(current)
+                in_rules = False
+            # Google's parser reads `* anything` as the global agent too.
+            if value[:1] == b"*" and (len(value) == 1 or value[1:2].isspace()):
+                current.is_global = True
+            else:
+                current.tokens.update(_line_tokens(value.decode("utf-8", "replace")))
+        elif key is _Key.ALLOW or key is _Key.DISALLOW:
+            if current is None:
+                continue
+            in_rules = True
+            if value:  # an empty pattern matches nothing (§2.2.2)
+                _add_rule(current.rules, key is _Key.ALLOW, canonical_pattern(value))
+        elif key is _Key.CRAWL_DELAY:
+            delay = _crawl_delay(value)
+            if current is not None and delay is not None:
+                current.delays.append(delay)
+        elif value and len(sitemaps) < policy.max_sitemaps:
+            sitemaps[value.decode("utf-8", "replace")] = None
+    return RobotsRules(
+        groups, list(sitemaps), directives=directives, unknown_directives=unknown,
+        looks_like_html=_HTML_START.match(data) is not None, truncated=truncated,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The fetch-status table
+
+
+class RobotsVerdict(str, enum.Enum):
+    """What a robots.txt fetch outcome means for the host."""
+
+    PARSE = "parse"                # the body holds the rules
+    ALLOW_ALL = "allow_all"        # no robots.txt: everything may be crawled
+    DISALLOW_ALL = "disallow_all"  # robots.txt unreachable: nothing may be crawled yet
+    FOLLOW = "follow"              # a redirect: fetch its target (the fetcher counts hops)
+    NOT_MODIFIED = "not_modified"  # 304 to a conditional request: keep the cached rules
+
+
+@dataclass(frozen=True)
+class RobotsOutcome:
+    """One row of the status table: verdict, whether to retry soon, a metric key and the RFC section.
+
+    ttl_s is how long the resulting rules hold before robots.txt is fetched again (0 for FOLLOW).
+    """
+
+    verdict: RobotsVerdict
+    retry: bool
+    reason: str
+    rfc_section: str
+    ttl_s: float
+
+
+# Fetch failures (udfs.records.FetchStatus values) after which a 2xx body is still usable.
+_COMPLETE_BODY: Final = frozenset({"", "ok", "too_large"})
+_NOT_FETCHED_BLOCKED: Final = "blocked"
+
+
+def robots_verdict_for_status(
+    status: int | None,
+    error: str | None = None,
+    *,
+    redirects: int = 0,
+    max_redirects: int = RFC_MIN_REDIRECTS,
+    policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
+) -> RobotsOutcome:
+    """The RFC 9309 §2.3.1 status table for one robots.txt fetch. Never raises.
+
+    status: the HTTP status, or None when no response arrived. error: the fetch's
+    `FetchStatus` value ("ok"/None when complete). redirects: hops already followed to reach
+    this response; max_redirects: hops the fetcher follows (FetchPolicy.robots_max_redirects).
+
+    | outcome                                  | verdict       | retry | RFC 9309        |
+    |------------------------------------------|---------------|-------|-----------------|
+    | no response, SSRF guard refused the host | disallow all  | no    | §2.3.1.4        |
+    | no response (timeout, DNS, refused, ...) | disallow all  | yes   | §2.3.1.4        |
+    | 2xx, complete body (or cut at max_bytes) | parse         | no    | §2.3.1.1, §2.5  |
+    | 2xx, body cut short by a failure         | disallow all  | yes   | §2.3.1.4        |
+    | 304 Not Modified                         | keep cached   | no    | §2.4            |
+    | 3xx, fewer than max_redirects hops yet   | follow        | no    | §2.3.1.2        |
+    | 3xx, max_redirects hops already          | allow all     | no    | §2.3.1.2        |
+    | 429 Too Many Requests                    | disallow all  | yes   | §2.3.1.4 (*)    |
+    | other 4xx (incl. 401, 403, 404, 410)     | allow all     | no    | §2.3.1.3        |
+    | 5xx                                      | disallow all  | yes   | §2.3.1.4        |
+    | anything else (1xx, < 100, >= 600)       | disallow all  | yes   | §2.3.1.4        |
+
+    (*) a 4xx in the RFC's table, but 429 says the server is overloaded, not that the file is
+    missing: like Google we treat it as a server error (fail closed, ARCHITECTURE.md §2 inv. 2).
+    """
+    ok_ttl, retry_ttl = policy.cache_ttl_s, policy.unreachable_ttl_s
+    if status is None:
+        if error == _NOT_FETCHED_BLOCKED:
+            return RobotsOutcome(RobotsVerdict.DISALLOW_ALL, False, "blocked", "2.3.1.4", ok_ttl)
+        return RobotsOutcome(RobotsVerdict.DISALLOW_ALL, True, f"error_{error or 'no_response'}", "2.3.1.4", retry_ttl)
+    if 200 <= status < 300:
+        if (error or "") in _COMPLETE_BODY:
+            return RobotsOutcome(RobotsVerdict.PARSE, False, f"http_{status}", "2.3.1.1", ok_ttl)
+        return RobotsOutcome(RobotsVerdict.DISALLOW_ALL, True, f"incomplete_{error}", "2.3.1.4", retry_ttl)
+    if status == 304:
+        return RobotsOutcome(RobotsVerdict.NOT_MODIFIED, False, "http_304", "2.4", ok_ttl)
+    if 300 <= status < 400:
+        if redirects < max_redirects:
+            return RobotsOutcome(RobotsVerdict.FOLLOW, False, f"http_{status}", "2.3.1.2", 0.0)
+        return RobotsOutcome(RobotsVerdict.ALLOW_ALL, False, "too_many_redirects", "2.3.1.2", ok_ttl)
+    if status == 429:
+        return RobotsOutcome(RobotsVerdict.DISALLOW_ALL, True, "http_429", "2.3.1.4", retry_ttl)
+    if 400 <= status < 500:
+        return RobotsOutcome(RobotsVerdict.ALLOW_ALL, False, f"http_{status}", "2.3.1.3", ok_ttl)
+    if 500 <= status < 600:
+        return RobotsOutcome(RobotsVerdict.DISALLOW_ALL, True, f"http_{status}", "2.3.1.4", retry_ttl)
+    return RobotsOutcome(RobotsVerdict.DISALLOW_ALL, True, "http_unexpected", "2.3.1.4", retry_ttl)
+
+
+def rules_for_fetch(
+    status: int | None,
+    body: bytes,
+    error: str | None = None,
+    *,
+    redirects: int = 0,
+    max_redirects: int = RFC_MIN_REDIRECTS,
+    policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
+) -> tuple[RobotsOutcome, RobotsRules | None]:
+    """The outcome of a robots.txt fetch and the rules it yields (RFC 9309 §2.3.1). Never raises.
+
+    The rules are None for FOLLOW (fetch the target first) and NOT_MODIFIED (keep the cached
+    rules); otherwise they are the parsed body, allow-all or disallow-all.
+    """
+    outcome = robots_verdict_for_status(status, error, redirects=redirects,
+                                        max_redirects=max_redirects, policy=policy)
+    if outcome.verdict is RobotsVerdict.PARSE:
+        return outcome, parse_robots(body, policy)
+    if outcome.verdict is RobotsVerdict.ALLOW_ALL:
+        return outcome, RobotsRules.allow_all()
+    if outcome.verdict is RobotsVerdict.DISALLOW_ALL:
+        return outcome, RobotsRules.disallow_all()
+    return outcome, None
