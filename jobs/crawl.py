@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import site
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -167,14 +169,26 @@ def kafka_sinks(bootstrap: str, topics: Sequence[str] = ALL_TOPICS) -> Sinks:
     return Sinks(emit=emit)
 
 
+def python_worker_settings(python_executable: str = sys.executable) -> dict[str, str]:
+    """Where the Python workers find their interpreter and our code. `thread`-mode operators run in an
+    interpreter embedded in the JVM (pemja), which ignores the virtualenv it was pointed at: without the
+    virtualenv's site-packages on `python.pythonpath` it fails with "No module named 'pemja'"."""
+    project_root = str(Path(__file__).resolve().parents[1])
+    return {
+        "python.executable": python_executable,
+        "python.client.executable": python_executable,
+        "python.pythonpath": os.pathsep.join([*site.getsitepackages(), project_root]),
+    }
+
+
 def configure_env(env: StreamExecutionEnvironment, config: CrawlConfig, python_executable: str | None) -> None:
     """Settings the Python operators need whatever the cluster's own configuration says."""
     conf = Configuration()
     conf.set_string("python.fn-execution.bundle.time", str(config.job.bundle_time_ms))
     conf.set_string("python.fn-execution.bundle.size", str(config.job.bundle_size))
     if python_executable:
-        conf.set_string("python.executable", python_executable)
-        conf.set_string("python.client.executable", python_executable)
+        for key, value in python_worker_settings(python_executable).items():
+            conf.set_string(key, value)
     env.configure(conf)
 
 

@@ -252,8 +252,11 @@ class Fetcher:
                 if (not robots and 200 <= response.status < 300
                         and not policy.content_type_allowed(header_value(exchange.headers, "content-type"))):
                     return FetchStatus.BAD_CONTENT_TYPE, f"content type {header_value(exchange.headers, 'content-type')!r} not allowed"
-                cap = policy.robots_max_bytes if robots else policy.max_body_bytes
-                return await self._read_body(response, exchange, cap)
+                if robots:
+                    # robots.txt is small by nature: both its wire and its decoded size stop at the robots cap.
+                    return await self._read_body(response, exchange, policy.robots_max_bytes,
+                                                 min(policy.robots_max_bytes, policy.max_decoded_bytes))
+                return await self._read_body(response, exchange, policy.max_body_bytes, policy.max_decoded_bytes)
         except aiohttp.ConnectionTimeoutError:
             return FetchStatus.TIMEOUT, f"connect timeout after {policy.connect_timeout_s:g} s"
         except aiohttp.SocketTimeoutError:
@@ -272,10 +275,10 @@ class Fetcher:
             return FetchStatus.CONN_ERROR, f"{type(exc).__name__}: {exc}"
 
     async def _read_body(self, response: aiohttp.ClientResponse, exchange: _Exchange,
-                         cap: int) -> tuple[FetchStatus, str]:
+                         cap: int, decoded_cap: int) -> tuple[FetchStatus, str]:
         policy = self._policy
         try:
-            decoder = CappedDecoder(header_value(exchange.headers, "content-encoding"), policy.max_decoded_bytes)
+            decoder = CappedDecoder(header_value(exchange.headers, "content-encoding"), decoded_cap)
         except UnsupportedEncoding as exc:
             return FetchStatus.ERROR, str(exc)
         wire = 0
@@ -293,7 +296,7 @@ class Fetcher:
                 return FetchStatus.TOO_LARGE, f"body over {cap} bytes"
             if decoder.over_limit:
                 exchange.truncated = "length"
-                return FetchStatus.TOO_LARGE, f"decoded body over {policy.max_decoded_bytes} bytes"
+                return FetchStatus.TOO_LARGE, f"decoded body over {decoded_cap} bytes"
             elapsed = time.monotonic() - body_started
             if policy.min_speed_bytes_per_s and elapsed >= policy.min_speed_grace_s \
                     and wire / elapsed < policy.min_speed_bytes_per_s:

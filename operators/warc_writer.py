@@ -2,7 +2,8 @@
 
 Pipeline position (ARCHITECTURE.md §1): parse → **WARC writer** → pages.parsed and crawl.frontier.
 For each ParsedBundle it appends a response + request record pair (one gzip member each, built by
-`udfs.warc`) to `crawl/{date}/{subtask}/{seq}.warc.gz` under the WARC root, flushes and fsyncs,
+`udfs.warc`) to `crawl/{date}/{subtask}/{seq}.warc.gz` under the WARC root (CDXJ lines beside it in
+`{seq}.cdxj`), flushes and fsyncs,
 and only then emits (invariant 5: every published page points at a durable record):
 - a `Completion` for the page's frontier (always, whatever happened),
 - a `ParsedPage` on pages.parsed (200 pages not marked noindex) with warc_path/offset/length,
@@ -19,7 +20,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TextIO
 
 from pyflink.common import Types
 from pyflink.datastream.functions import ProcessFunction, RuntimeContext
@@ -29,7 +30,7 @@ from udfs.fetch_status import header_value, is_complete_page, redirect_target, r
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_PAGES, Completion, DiscoveredBatch, FetchResult,
                           FetchStatus, ParsedPage, UrlEntry, encode)
 from udfs.urls import host_key, url_fp
-from udfs.warc import WarcBuilder, WarcPolicy, WarcRecord
+from udfs.warc import WarcBuilder, WarcPolicy, WarcRecord, cdxj_line, indexed_by_default
 
 # Discovered URL priorities (0 highest .. 9): a redirect target is the content the seed meant.
 PRIORITY_REDIRECT = 4
@@ -70,7 +71,11 @@ class Location:
 
 
 class WarcFiles:
-    """Appends gzip members to rolling files `crawl/{date}/{subtask}/{seq}.warc.gz` under `root`."""
+    """Appends gzip members to rolling files `crawl/{date}/{subtask}/{seq}.warc.gz` under `root`.
+
+    Beside each file, `{seq}.cdxj` indexes its records in file order (decision 0503 lines, `filename`
+    relative to `root`); it is synced with the WARC file. Sort the lines when merging indexes.
+    """
 
     def __init__(self, root: str, subtask: int, builder: WarcBuilder, settings: WarcFileSettings = WarcFileSettings(),
                  clock: Callable[[], float] = time.time, crawl_fields: tuple[tuple[str, str], ...] = ()) -> None:
@@ -81,7 +86,9 @@ class WarcFiles:
         self._clock = clock
         self._crawl_fields = crawl_fields
         self._file: BinaryIO | None = None
+        self._index: TextIO | None = None
         self._path = ""
+        self._relative = ""
         self._opened_at = 0.0
         self._date = ""
         self._warcinfo_id: str | None = None
@@ -100,10 +107,11 @@ class WarcFiles:
 
     def close(self) -> None:
         """Flush, fsync and close the current file."""
-        if self._file is not None:
+        if self._file is not None and self._index is not None:
             self._sync()
             self._file.close()
-            self._file = None
+            self._index.close()
+            self._file = self._index = None
 
     def _roll_if_due(self) -> None:
         now = self._clock()
@@ -122,7 +130,9 @@ class WarcFiles:
         name = f"{max(taken, default=-1) + 1:05d}.warc.gz"
         # "x": never append to (or overwrite) a file an earlier run may have left half-written.
         self._file = open(folder / name, "xb")
+        self._index = open(folder / name.replace(".warc.gz", ".cdxj"), "x", encoding="utf-8")
         self._path = str(folder / name)
+        self._relative = f"crawl/{date}/{self._subtask}/{name}"
         self._opened_at, self._date = now, date
         _fsync_dir(folder)
         info = self._builder.warcinfo(name, self._crawl_fields, date=now)
@@ -135,13 +145,17 @@ class WarcFiles:
         member = record.to_gzip(self._builder.policy.gzip_level)
         offset = self._file.tell()
         self._file.write(member)
+        if indexed_by_default(record.info):
+            assert self._index is not None
+            self._index.write(cdxj_line(record.info, self._relative, offset, len(member)) + "\n")
         return Location(self._path, offset, len(member))
 
     def _sync(self) -> None:
-        assert self._file is not None
-        self._file.flush()
-        if self._settings.fsync:
-            os.fsync(self._file.fileno())
+        assert self._file is not None and self._index is not None
+        for handle in (self._file, self._index):
+            handle.flush()
+            if self._settings.fsync:
+                os.fsync(handle.fileno())
 
 
 def _fsync_dir(folder: Path) -> None:

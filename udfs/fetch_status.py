@@ -3,7 +3,8 @@
 The fetch operator builds every outcome, success or failure, through `fetch_result` so a failure
 travels as a `FetchResult` with a `FetchStatus` and a reason (STYLE.md "Errors as data"); the
 completion fields the frontier needs (redirect target, Retry-After) are read back from the headers
-here rather than carried twice.
+here rather than carried twice. `CappedDecoder` undoes Content-Encoding under the decompressed-size
+cap (decision 0901).
 """
 from __future__ import annotations
 

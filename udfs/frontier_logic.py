@@ -1,17 +1,19 @@
 """The frontier's decisions for one host, as pure functions over plain state values.
 
-The keyed operator (`operators/frontier.py`) owns three kinds of Flink state per host and delegates
-every decision here:
+The keyed operator (`operators/frontier.py`) owns four state handles per host (decision 0800) and
+delegates every decision here:
 - the host row (`HostState`, JSON text with a schema version): robots state, politeness clock,
   backoff, the one lease in flight, and the heads/tails of ten FIFO queues (one per priority);
 - queue slots (MapState slot key → `QueueItem` row): a slot key is `priority * 2**40 + seq`, so
   push and pop are one state write each and no queue is ever read whole;
 - the URL table (MapState signed url_fp → `UrlRecord` row): a url_fp is admitted only when it has
-  no row, or its last fetch is older than one crawl cycle (ARCHITECTURE.md §2 invariant 3).
+  no row, or its last fetch is older than one crawl cycle (ARCHITECTURE.md §2 invariant 3);
+- the robots.txt body as received (base64 text), parsed lazily by the operator.
 
 Robots first (§2 invariant 2): until the host's robots.txt is known and fresh, the only thing ever
 leased is robots.txt itself; while it is unreachable (5xx, 429, timeouts, network errors) nothing is
-leased but a robots retry with exponential backoff; 4xx means allow all (RFC 9309 §2.3.1.3-4).
+leased but a robots retry with exponential backoff; 4xx means allow all (RFC 9309 §2.3.1.3; the
+status table is udfs.robots.robots_verdict_for_status).
 One lease per host (§2 invariant 1): `plan` never leases while one is in flight; a lease ends with
 its matching completion or at its deadline (the URL then goes back to its queue, up to a park limit).
 Nothing here reads a clock: `now` is always a parameter (epoch seconds).
@@ -24,6 +26,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
+from udfs.netguard import DEFAULT_USER_AGENT
 from udfs.politeness import (DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy, classify_health, next_allowed_at,
                              next_backoff)
 from udfs.records import FetchRequest, FetchStatus
@@ -40,7 +43,8 @@ _MAX_URL_LENGTH = 8192          # a longer "url" in an event is malformed, whate
 class FrontierPolicy:
     """Per-host frontier limits (section `[frontier]`). Times in seconds.
 
-    robots_agent: the user-agent string robots.txt groups are matched against ("flink-crawler").
+    robots_agent: the User-Agent robots.txt groups are matched against (its product token); keep it the
+        fetcher's `FetchPolicy.user_agent` (default: the same string, udfs.netguard.DEFAULT_USER_AGENT).
     max_queue: URLs queued (plus the one leased) per host; more are dropped as `queue_full` (10,000).
     max_urls_per_host: rows in a host's URL table; new URLs beyond it are dropped as `host_budget` (1,000,000).
     lease_timeout_s: a lease with no completion after this expires and its URL is queued again (30 s:
@@ -53,7 +57,7 @@ class FrontierPolicy:
     max_pops_per_call: queue entries examined per event or timer before yielding (bounds one call's work) (100).
     """
 
-    robots_agent: str = "flink-crawler"
+    robots_agent: str = DEFAULT_USER_AGENT
     max_queue: int = 10_000
     max_urls_per_host: int = 1_000_000
     lease_timeout_s: float = 30.0
@@ -288,17 +292,21 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         return state, Admission(Verdict.HOST_BUDGET)
     if rules is not None and state.robots is Robots.PARSED and not _allowed(rules, item.url, policy):
         return state, Admission(Verdict.ROBOTS_DISALLOWED)
-    in_frontier = state.queued + (1 if state.lease is not None and state.lease.kind == "page" else 0)
-    if in_frontier >= policy.max_queue:
+    queued = state.queued
+    if queued + (1 if state.lease is not None and state.lease.kind == "page" else 0) >= policy.max_queue:
         return state, Admission(Verdict.QUEUE_FULL)
     if record is not None:  # a recrawl: send the validators for a conditional GET
         item = replace(item, etag=record.etag, last_modified=record.last_modified)
-    state, slot = push(state, item)
-    if state.robots is Robots.NONE and state.lease is None and state.queued == 1:
-        state = replace(state, scheme=item.url.partition("://")[0])
-    count = state.url_count + (1 if record is None else 0)
+    # one replace() per admitted URL: it is the costliest step of admission (measured)
+    head, tail = state.queues[item.priority]
+    changes: dict[str, Any] = {
+        "queues": state.queues[:item.priority] + ((head, tail + 1),) + state.queues[item.priority + 1:],
+        "url_count": state.url_count + (1 if record is None else 0),
+    }
+    if state.robots is Robots.NONE and state.lease is None and queued == 0:
+        changes["scheme"] = item.url.partition("://")[0]  # robots.txt goes over the first URL's scheme
     new_record = UrlRecord(UrlStatus.QUEUED, now, item.etag, item.last_modified)
-    return replace(state, url_count=count), Admission(Verdict.ADMITTED, slot, item, new_record)
+    return replace(state, **changes), Admission(Verdict.ADMITTED, slot_key(item.priority, tail), item, new_record)
 
 
 def _allowed(rules: RulesLike, url: str, policy: FrontierPolicy) -> bool:

@@ -8,6 +8,7 @@ normalised by `udfs.urls.normalize_url`; the frontier decides what to do with th
 """
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import re
 from collections.abc import Iterable, Mapping
@@ -128,7 +129,7 @@ def is_html(content_type: str, body: bytes) -> bool:
     media = content_type.split(";", 1)[0].strip().lower()
     if media:
         return media in HTML_TYPES
-    return _HTML_SNIFF.match(body.lstrip(b"\xef\xbb\xbf"), 0, 512) is not None
+    return _HTML_SNIFF.match(body.removeprefix(codecs.BOM_UTF8), 0, 512) is not None
 
 
 def robots_directives(values: Iterable[str], agent: str, *, agent_prefixes: bool) -> Robots:
@@ -244,7 +245,8 @@ def extract(
     )
     header_canonical = _link_header_canonical(v for k, v in pairs if k == "link")
     canonical = _normalize(header_canonical, url, url_policy) if header_canonical else None
-    refresh_header = parse_refresh(_first(pairs, "refresh")) if _first(pairs, "refresh") else None
+    refresh_value = _first(pairs, "refresh")
+    refresh_header = parse_refresh(refresh_value) if refresh_value else None
     head_only = Extraction(robots=header_robots, canonical=canonical, base_url=url)
     if refresh_header is not None:
         delay, target = refresh_header
@@ -364,7 +366,8 @@ def _links(
     invalid = 0
     nodes = _link_nodes(tree, policy)
     for position, (node, attr) in enumerate(nodes):
-        href = (node.attributes.get(attr) or "").strip()
+        attrs = node.attributes  # lexbor builds this dict on every access
+        href = (attrs.get(attr) or "").strip()
         if not href or href.startswith("#"):
             continue  # the page itself
         if href in resolved:
@@ -374,8 +377,8 @@ def _links(
         if target is None:
             invalid += 1
             continue
-        rels = (node.attributes.get("rel") or "").lower().split()
-        nofollow = page_nofollow or not _NOFOLLOW_RELS.isdisjoint(rels)
+        rel = attrs.get("rel")
+        nofollow = page_nofollow or (rel is not None and not _NOFOLLOW_RELS.isdisjoint(rel.lower().split()))
         known = found.get(target)
         if known is not None:
             if known.nofollow and not nofollow:

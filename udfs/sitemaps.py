@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import calendar
 import email.utils
+import functools
 import json
 import math
 import re
@@ -34,6 +35,7 @@ __all__ = [
 
 CHANGEFREQS: frozenset[str] = frozenset({"always", "hourly", "daily", "weekly", "monthly", "yearly", "never"})
 _GZIP_MAGIC = b"\x1f\x8b"
+_UTF8_BOM = b"\xef\xbb\xbf"
 _CHUNK = 64 * 1024
 _MAX_WARNINGS = 20
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:")
@@ -132,7 +134,11 @@ def parse_sitemap(body: bytes, *, url: str | None = None, content_type: str | No
 
 def parse_lastmod(text: str) -> int | None:
     """A W3C Datetime / RFC 3339 / RFC 2822 date as Unix seconds (naive means UTC), else None (decision 0401)."""
-    text = text.strip()
+    return _parse_lastmod(text.strip())
+
+
+@functools.lru_cache(maxsize=4096)  # a sitemap repeats a few dates thousands of times
+def _parse_lastmod(text: str) -> int | None:
     if m := _W3C_DATETIME.fullmatch(text):
         year, month, day, hour, minute, second, zone = m.groups()
         try:
@@ -140,9 +146,9 @@ def parse_lastmod(text: str) -> int | None:
             if not (1 <= fields[1] <= 12 and 1 <= fields[2] <= calendar.monthrange(fields[0], fields[1])[1]
                     and fields[3] <= 23 and fields[4] <= 59 and fields[5] <= 60):
                 return None
+            return calendar.timegm(fields + (0, 0, 0)) - _zone_offset(zone)
         except ValueError:  # year 0 and friends
             return None
-        return calendar.timegm(fields + (0, 0, 0)) - _zone_offset(zone)
     try:
         parsed = email.utils.parsedate_tz(text)
     except Exception:  # the stdlib parser chokes on some malformed inputs
@@ -306,16 +312,17 @@ def _chunks(body: bytes, state: _State) -> Iterator[bytes]:
 
 def _parse(body: bytes, content_type: str | None, state: _State) -> None:
     chunks = _chunks(body, state)
-    head = b""
-    for chunk in chunks:
-        head += chunk
-        stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
+    # A byte-order mark or blank lines before `<?xml` (seen in the wild, Scrapy's test_sitemap_blanklines).
+    # Leading blanks are dropped chunk by chunk: a body of whitespace costs one pass, not a quadratic one.
+    for i, chunk in enumerate(chunks):
+        if i == 0 and chunk.startswith(_UTF8_BOM):
+            chunk = chunk[len(_UTF8_BOM):]
+        stripped = chunk.lstrip(b" \t\r\n")
         if stripped:
             break
     else:
         state.warn("empty body")
         return
-    # A byte-order mark or blank lines before `<?xml` (seen in the wild, Scrapy's test_sitemap_blanklines).
     first = stripped[:1]
     if first == b"<":
         _parse_xml(stripped, chunks, state)
@@ -328,8 +335,15 @@ def _parse(body: bytes, content_type: str | None, state: _State) -> None:
 
 
 def _parse_text(head: bytes, chunks: Iterator[bytes], state: _State) -> None:
-    pending = b""
+    # A line longer than any loc we keep is skipped as it streams, so one 50 MB line stays linear.
+    limit = 4 * state.policy.max_loc_length  # UTF-8 takes at most 4 bytes a character
+    pending, skipping = b"", False
     for chunk in _prepend(head, chunks):
+        if skipping:
+            cut = chunk.find(b"\n")
+            if cut < 0:
+                continue
+            chunk, skipping = chunk[cut + 1:], False
         *lines, pending = (pending + chunk).split(b"\n")
         for line in lines:
             _text_line(line, state)
@@ -337,8 +351,12 @@ def _parse_text(head: bytes, chunks: Iterator[bytes], state: _State) -> None:
                 break
         if state.truncated:
             break
+        if len(pending) > limit:
+            state.warn(f"line longer than {limit} bytes skipped")
+            pending, skipping = b"", True
     else:
-        _text_line(pending, state)
+        if not skipping:
+            _text_line(pending, state)
     # Random bytes are not a text sitemap with every line skipped: they are not a sitemap.
     state.kind = "text" if state.entries else "unknown"
 
@@ -373,7 +391,7 @@ def _local(tag: object) -> str:
     """An element's name without its namespace; "" for comments and processing instructions."""
     if not isinstance(tag, str):
         return ""
-    return tag.rsplit("}", 1)[-1]
+    return tag[tag.rfind("}") + 1:]
 
 
 _ROOT_KINDS = {"urlset": "urlset", "sitemapindex": "index", "rss": "feed", "feed": "feed", "rdf": "feed"}
@@ -390,36 +408,48 @@ def _parse_xml(head: bytes, chunks: Iterator[bytes], state: _State) -> None:
     parser = etree.XMLPullParser(
         events=("start", "end"), tag=_EVENT_TAGS, resolve_entities=False, load_dtd=False, no_network=True,
         huge_tree=False, recover=True, remove_comments=True, remove_pis=True)
-    root: etree._Element | None = None
-    closed = False
+    reader = _XmlReader(state)
     try:
         for chunk in _prepend(head, chunks):
             parser.feed(chunk)
-            for event, element in parser.read_events():
-                if root is None:
-                    root = element.getroottree().getroot()
-                    if not _start_root(root, state):
-                        return
-                if event != "end":
-                    continue
-                if element is root:
-                    closed = True
-                elif _local(element.tag) in _ENTRY_TAGS[state.kind]:
-                    _read_entry(element, state)
-                    if state.truncated:
-                        return
-        last = parser.close()
-        if root is None and last is not None:
-            root = last
-            _start_root(root, state)
-            closed = True
+            if not reader.read(parser):
+                return
+        parser.close()
     except etree.LxmlError as exc:
         state.warn(f"XML error: {str(exc)[:100]}")
-    if root is None:
-        state.warn("no XML root element")
-    elif not closed and not state.size_capped:
+    reader.read(parser)  # recovery at close() may still finish open elements
+    if reader.root is None:
+        state.warn("no sitemap root element")
+    elif not reader.closed and not state.size_capped:
         # libxml2 stops without an exception on fatal errors such as entity amplification.
         state.warn("XML ends before its root element closes: read up to there")
+
+
+class _XmlReader:
+    """Turns the pull parser's events into entries."""
+
+    def __init__(self, state: _State) -> None:
+        self.state = state
+        self.root: etree._Element | None = None
+        self.closed = False
+
+    def read(self, parser: etree.XMLPullParser) -> bool:
+        """Consume the pending events; False once reading should stop (not a sitemap, or URL cap)."""
+        state = self.state
+        for event, element in parser.read_events():
+            if self.root is None:
+                self.root = element.getroottree().getroot()
+                if not _start_root(self.root, state):
+                    return False
+            if event != "end":
+                continue
+            if element is self.root:
+                self.closed = True
+            elif _local(element.tag) in _ENTRY_TAGS.get(state.kind, ()):
+                _read_entry(element, state)
+                if state.truncated:
+                    return False
+        return True
 
 
 def _prepend(head: bytes, chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -457,6 +487,8 @@ def _free(element: etree._Element) -> None:
 
 def _text(element: etree._Element) -> str:
     """The element's own text; an unresolved entity reference (`&xxe;`) is left out, never expanded."""
+    if not len(element):
+        return element.text or ""
     return (element.text or "") + "".join(child.tail or "" for child in element)
 
 

@@ -41,6 +41,9 @@ _WHATWG_ALIASES: dict[str, str] = {
     "windows-31j": "cp932",
     "big5": "big5hkscs",
 }
+_NOT_DOCUMENT_CODECS = frozenset({
+    "unicode-escape", "raw-unicode-escape", "utf-7", "punycode", "idna", "undefined", "mbcs", "oem",
+})
 # HTML §13.2.3.2 step "meta prescan": a declared UTF-16 in the document itself means UTF-8.
 _UTF16 = {"utf-16", "utf-16-le", "utf-16-be", "utf-16le", "utf-16be"}
 # The prescan looks at the first 1024 bytes in browsers; real pages put long <head> preambles
@@ -52,7 +55,6 @@ _META_CHARSET = re.compile(
 _HEADER_CHARSET = re.compile(r"charset\s*=\s*[\"']?\s*([a-zA-Z0-9_:.+-]{1,40})", re.IGNORECASE)
 # charset-normalizer is slow (tens of ms per 16 KB): it sees only a bounded sample.
 DETECT_SAMPLE_BYTES = 8192
-_SPACES = re.compile(r"\s+")
 
 
 @lru_cache(maxsize=256)
@@ -63,9 +65,14 @@ def codec_name(label: str) -> str | None:
         return None
     key = _WHATWG_ALIASES.get(key, key)
     try:
-        return codecs.lookup(key).name
+        info = codecs.lookup(key)
     except LookupError:
         return None
+    # Only real character encodings: a page must not pick a codec that interprets its bytes as
+    # escapes (unicode_escape), smuggles markup past the tokenizer (utf-7), or is not text at all.
+    if info.name in _NOT_DOCUMENT_CODECS or not getattr(info, "_is_text_encoding", True):
+        return None
+    return info.name
 
 
 def charset_from_content_type(content_type: str) -> str | None:
@@ -89,9 +96,15 @@ def _detect(body: bytes) -> str:
     """A statistical guess (charset-normalizer) for undeclared, non-UTF-8 bytes; cp1252 if it has none."""
     from charset_normalizer import from_bytes  # imported lazily: most pages never need it
 
-    best = from_bytes(body[:DETECT_SAMPLE_BYTES]).best()
-    name = codec_name(best.encoding) if best is not None else None
-    return name or "cp1252"
+    matches = from_bytes(body[:DETECT_SAMPLE_BYTES])
+    best = matches.best()
+    if best is None:
+        return "cp1252"
+    # Latin text decodes cleanly in several single-byte code pages; among equally clean readings,
+    # windows-1252 is the browsers' fallback (HTML §13.2.3.3) and the most common one on the web.
+    if any(m.chaos <= best.chaos and "cp1252" in m.could_be_from_charset for m in matches):
+        return "cp1252"
+    return codec_name(best.encoding) or "cp1252"
 
 
 def decode_html(body: bytes, content_type: str = "") -> tuple[str, str]:
@@ -122,7 +135,7 @@ def decode_html(body: bytes, content_type: str = "") -> tuple[str, str]:
 
 def squash(text: str, limit: int | None = None) -> str:
     """Collapse runs of whitespace to one space and trim; cut to `limit` characters if given."""
-    out = _SPACES.sub(" ", text).strip()
+    out = " ".join(text.split())
     return out if limit is None else out[:limit].rstrip()
 
 
@@ -139,7 +152,7 @@ def primary_language(tag: str | None) -> str | None:
 
 # py3langid's accuracy falls off on short inputs, and its cost grows with length: a bounded
 # sample from the middle of the text (away from leftover menus) gives both speed and accuracy.
-LANG_SAMPLE_CHARS = 1200
+LANG_SAMPLE_CHARS = 500
 LANG_MIN_CHARS = 40
 
 

@@ -97,8 +97,14 @@ class HostTrapSummary:
         return ()
 
     def with_url(self, url: str, policy: TrapPolicy) -> HostTrapSummary:
-        """The summary after `url` was accepted (decision 0400); unchanged for URLs without a session parameter."""
-        key, value_hash = _session_parts(url)
+        """The summary after `url` was accepted (decision 0400); unchanged for URLs without a session parameter.
+
+        Never raises: a URL that does not split (which the chain rejects anyway) leaves it unchanged.
+        """
+        try:
+            key, value_hash = _session_parts(url)
+        except ValueError:
+            return self
         if key is None:
             return self
         hashes = self.variants(key)
@@ -249,8 +255,10 @@ def _url_length(url: str, context: TrapContext, policy: TrapPolicy) -> str | Non
     return "url_too_long" if len(url) > policy.max_url_length else None
 
 
-def _segments(url: str) -> list[str]:
-    return [s for s in urlsplit(url).path.split("/") if s]
+# Each URL is split once per chain run, not once per step: the steps ask for the same URL in turn.
+@functools.lru_cache(maxsize=64)
+def _segments(url: str) -> tuple[str, ...]:
+    return tuple(s for s in urlsplit(url).path.split("/") if s)
 
 
 def _path_depth(url: str, context: TrapContext, policy: TrapPolicy) -> str | None:
@@ -266,13 +274,14 @@ def _repeated_segments(url: str, context: TrapContext, policy: TrapPolicy) -> st
     return None
 
 
-def _query_pairs(url: str) -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=64)
+def _query_pairs(url: str) -> tuple[tuple[str, str], ...]:
     pairs = []
     for pair in urlsplit(url).query.split("&"):
         if pair:
             name, _, value = pair.partition("=")
             pairs.append((name.lower(), value))
-    return pairs
+    return tuple(pairs)
 
 
 def _query_params(url: str, context: TrapContext, policy: TrapPolicy) -> str | None:

@@ -21,6 +21,7 @@ from ada_url.ada_adapter import ffi, lib
 
 __all__ = [
     "DEFAULT_URL_POLICY",
+    "FP_SEED",
     "TRACKING_PARAMS",
     "TRACKING_PREFIXES",
     "UrlPolicy",
@@ -40,10 +41,12 @@ TRACKING_PARAMS: frozenset[str] = frozenset({
     "_ga", "_gl",                                                              # Google Analytics linker
     "_hsenc", "_hsmi", "__hssc", "__hstc", "__hsfp", "hsctatracking",          # HubSpot
     "mkt_tok", "oly_anon_id", "oly_enc_id", "vero_id", "vero_conv", "wickedid",
-    "rb_clickid", "s_cid", "ncid", "trk_contact", "trk_msg", "trk_module", "trk_sid",
+    "rb_clickid", "s_cid", "trk_contact", "trk_msg", "trk_module", "trk_sid",
+    "pk_campaign", "pk_kwd", "pk_keyword", "pk_source", "pk_medium", "pk_content", "pk_cid",  # Matomo
 })
-# Parameter-name prefixes of whole tracking families (`utm_source`, `utm_medium`, ...).
-TRACKING_PREFIXES: tuple[str, ...] = ("utm_", "pk_", "mtm_", "hsa_")
+# Parameter-name prefixes of whole tracking families: Google/Urchin, Matomo, HubSpot ads. (Not
+# "pk_": sites use it for primary keys.)
+TRACKING_PREFIXES: tuple[str, ...] = ("utm_", "mtm_", "hsa_")
 
 # Session ids in the shapes Heritrix strips (StripSessionIDs): exact value shapes keep false hits rare.
 _SESSION_VALUE_32 = re.compile(r"[0-9A-Za-z]{32}")

@@ -4,6 +4,7 @@ real HTTP against the synthetic web on 127.x addresses. Politeness is proven fro
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import sys
 import time
@@ -11,13 +12,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from pyflink.common import Configuration
 from pyflink.datastream import StreamExecutionEnvironment
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler import kafka_io
 from crawler.crawl import records_since, seed_events
-from jobs.crawl import build_pipeline, kafka_sinks, kafka_source
+from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
 from tests.synthweb import SyntheticWebProcess, audit_politeness, build_web, load_log
 from tests.warc_validators import assert_all_accept
 from udfs.config import load_config
@@ -44,12 +44,10 @@ def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory:
         'fetch.allow_cidrs=["127.0.0.0/8"]', 'fetch.deny_cidrs=["127.255.0.0/16"]',
         "fetch.total_timeout_s=5.0", "fetch.first_byte_timeout_s=3.0",
         f"politeness.default_delay_s={DEFAULT_DELAY_S}", f"politeness.min_delay_s={DEFAULT_DELAY_S}",
-        "frontier.lease_timeout_s=20.0",
+        "frontier.lease_timeout_s=20.0", "job.bundle_time_ms=50",
     ])
-    env = StreamExecutionEnvironment.get_execution_environment(
-        Configuration().set_string("python.executable", sys.executable)
-        .set_string("python.client.executable", sys.executable)
-        .set_string("python.fn-execution.bundle.time", "50"))
+    env = StreamExecutionEnvironment.get_execution_environment()
+    configure_env(env, config, sys.executable)
     env.add_jars(flink_connector_jar.as_uri())
     start_ms = int(time.time() * 1000)
     build_pipeline(env, kafka_source(kafka_bootstrap, config.job.group_id, start_ms), kafka_sinks(kafka_bootstrap),
@@ -90,7 +88,7 @@ def test_every_published_page_points_at_its_warc_response_record(crawl_run):
         with path.open("rb") as fh:
             fh.seek(page["warc_offset"])
             member = fh.read(page["warc_length"])
-        record = next(ArchiveIterator([gzip.decompress(member)]))  # one whole gzip member, nothing more
+        record = next(ArchiveIterator(io.BytesIO(gzip.decompress(member))))  # one whole gzip member, nothing more
         assert record.rec_type == "response"
         assert record.rec_headers.get_header("WARC-Target-URI") == page["url"]
 

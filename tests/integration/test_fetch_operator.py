@@ -319,6 +319,11 @@ def test_robots_redirect_is_followed_across_hosts(web: LoopbackWeb) -> None:
     assert result["url"].startswith("http://site-b.test:")
 
 
+def test_robots_gzip_bomb_stops_at_the_robots_cap(web: LoopbackWeb) -> None:
+    result = fetch(web, request(url_a(web, "/bomb"), kind="robots"), max_decoded_bytes=10 * 1024 * 1024)
+    assert result["fetch_status"] == "too_large" and len(result["body"]) == 512 * 1024
+
+
 def test_robots_redirect_loop_stops_after_the_limit(web: LoopbackWeb) -> None:
     listener = web.listeners[HOST_B]
     before = len(listener.requests)

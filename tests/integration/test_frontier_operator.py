@@ -3,29 +3,28 @@
 The source is unbounded (a FileSource that keeps monitoring a folder), because a bounded source ends
 the job before processing-time timers fire (ARCHITECTURE.md §4). The test plays the fetcher: it reads
 FetchRequests as the job emits them and answers by dropping RobotsResult / Completion events into the
-folder. It proves robots-first, one lease at a time, release after completion + delay, and lease expiry
-through a real timer. The job is cancelled when the test ends.
+folder. It proves robots-first, one lease at a time, release after completion + delay, lease expiry
+through a real timer, and that the operator's counters reach Flink's metrics (read through the
+MiniCluster's REST API on loopback). The job is cancelled when the test ends.
 """
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import queue
+import socket
 import sys
 import sysconfig
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-# The thread-mode operator runs in an interpreter embedded in the JVM (pemja), which starts from the
-# base Python, not the virtualenv: it finds pyflink only through PYTHONPATH. Set before any gateway starts.
-_SITE = sysconfig.get_paths()["purelib"]
-if _SITE not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_SITE, os.environ.get("PYTHONPATH")) if p)
-
-from udfs.records import b64, decode_frontier_event, encode  # noqa: E402
+from tests.paths import ROOT
+from udfs.records import b64, decode_frontier_event, encode
 
 pytestmark = pytest.mark.integration
 
@@ -59,10 +58,18 @@ def frontier_job(tmp_path_factory):
     from udfs.politeness import PolitenessPolicy
 
     folder = tmp_path_factory.mktemp("frontier-events")
+    rest_port = free_port()
     config = Configuration()
     config.set_string("python.executable", sys.executable)
     config.set_string("python.client.executable", sys.executable)
     config.set_string("python.execution-mode", "thread")
+    # the thread-mode operator runs in an interpreter embedded in the JVM (pemja) that starts from the base
+    # Python, not the virtualenv: it finds pyflink and our modules only through python.pythonpath
+    config.set_string("python.pythonpath", os.pathsep.join([sysconfig.get_paths()["purelib"], str(ROOT)]))
+    # the MiniCluster's REST API on loopback, so the test can read the operator's counters
+    config.set_string("rest.bind-address", "127.0.0.1")
+    config.set_string("rest.port", str(rest_port))
+    config.set_string("metrics.fetcher.update-interval", "300")
     env = StreamExecutionEnvironment.get_execution_environment(config)
     env.set_parallelism(1)
     source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(folder)) \
@@ -86,8 +93,29 @@ def frontier_job(tmp_path_factory):
             results.put((time.monotonic(), exc))
 
     threading.Thread(target=pump, daemon=True).start()
-    yield FolderFeed(folder), results
+    yield FolderFeed(folder), results, f"http://127.0.0.1:{rest_port}"
     iterator.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def frontier_counters(rest: str) -> dict[str, int]:
+    """The `frontier.*` counters of the running job's frontier vertex, from the MiniCluster's REST API."""
+    def get(path: str):
+        with urllib.request.urlopen(rest + path, timeout=10) as response:
+            return json.load(response)
+    (job,) = [j for j in get("/jobs")["jobs"] if j["status"] == "RUNNING"]
+    vertex = next(v for v in get(f"/jobs/{job['id']}")["vertices"] if v["name"].startswith("frontier"))
+    base = f"/jobs/{job['id']}/vertices/{vertex['id']}/metrics"
+    names = [m["id"] for m in get(base) if ".frontier.frontier." in m["id"]]
+    if not names:
+        return {}
+    values = get(base + "?get=" + ",".join(names))
+    return {m["id"].rsplit(".", 1)[1]: int(float(m["value"])) for m in values}
 
 
 def next_request(results: queue.Queue, timeout: float = 30.0) -> tuple[float, dict]:
@@ -125,7 +153,7 @@ def completion(request: dict) -> dict:
 
 
 def test_robots_first_one_lease_release_after_delay_and_expiry(frontier_job):
-    feed, results = frontier_job
+    feed, results, rest = frontier_job
     feed.send(discovered("/one", "/private/no", "/two"))
     _, robots = next_request(results, timeout=120)  # the first job in a process takes a few seconds to start
     assert (robots["kind"], robots["url"]) == ("robots", f"http://{HOST}/robots.txt")
@@ -158,3 +186,13 @@ def test_robots_first_one_lease_release_after_delay_and_expiry(frontier_job):
     _, again = next_request(results)
     assert (again["url"], again["attempt"]) == (second["url"], 2)
     assert again["lease_id"] != second["lease_id"]
+
+    expected = {"robots_leased": 1, "robots_fetched": 1, "admitted": 4, "dropped_robots_disallowed": 1,
+                "released": 4, "leases_expired": 1, "requeued": 1, "completions_stale": 1}
+    deadline = time.monotonic() + 20
+    while True:  # counters reach the REST API on the metric fetcher's interval
+        counters = frontier_counters(rest)
+        if all(counters.get(k) == v for k, v in expected.items()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert {k: counters.get(k) for k in expected} == expected

@@ -244,3 +244,54 @@ def test_fetch_failure_without_a_response_writes_nothing(tmp_path: Path) -> None
     _, written = write_all(tmp_path, [parse_result(CASES["dns"])])
     assert written[0][1] is None and list(tmp_path.rglob("*.warc.gz")) == []
     assert FetchStatus.DNS_ERROR.value == CASES["dns"]["fetch_status"]
+
+
+def test_the_cdxj_sidecar_indexes_each_response_at_its_location(archive) -> None:
+    root, written = archive
+    (index,) = root.rglob("*.cdxj")
+    entries = [json.loads(line.split(" ", 2)[2]) for line in index.read_text().splitlines()]
+    archived = [where for _, where in written if where is not None]
+    assert [(e["filename"], int(e["offset"]), int(e["length"])) for e in entries] == [
+        (str(Path(w.path).relative_to(root)), w.offset, w.length) for w in archived]
+    assert all(read_record_at(Location(str(root / e["filename"]), int(e["offset"]), int(e["length"]))).rec_type
+               == "response" for e in entries)
+
+
+@pytest.mark.integration
+def test_synthetic_web_pages_fetched_parsed_and_archived_end_to_end(tmp_path: Path) -> None:
+    import asyncio
+
+    from operators.fetch import Fetcher, load_pins
+    from tests.synthweb import SyntheticWeb, build_web, write_host_map
+    from udfs.netguard import FetchPolicy
+    from udfs.urls import host_key, normalize_url
+
+    web = build_web(6, seed=7)
+    host_map = tmp_path / "host-map.txt"
+    write_host_map(web, host_map)
+    policy = FetchPolicy(allow_cidrs=("127.0.0.0/8",), deny_cidrs=("127.255.0.0/16",), resolve_dns=False,
+                         host_map_file=str(host_map))
+    with SyntheticWeb(web) as server:
+        urls = [normalize_url(server.url(h.name, "/")) for h in web.hosts]
+
+        async def crawl() -> list[FetchResult]:
+            fetcher = Fetcher(policy, load_pins(policy))
+            try:
+                return [await fetcher.fetch(FetchRequest(host=host_key(u), url=u, fp=url_fp(u), kind="page",
+                                                         lease_id=str(i), depth=0, attempt=0))
+                        for i, u in enumerate(urls)]
+            finally:
+                await fetcher.close()
+        results = asyncio.run(crawl())
+        log = server.request_log()
+    requests_served = [r for r in log if r["event"] == "request"]
+    connections = [r for r in log if r["event"] == "connect"]
+    assert len(requests_served) == len(connections) == len(urls)
+    assert {r["server_ip"] for r in requests_served} == {h.ip for h in web.hosts}
+    assert {r["fetch_status"] for r in results} <= {"ok", "too_large"} and any(r["http_status"] == 200 for r in results)
+    _, written = write_all(tmp_path / "warc", [parse_result(r) for r in results])
+    (path,) = (tmp_path / "warc").rglob("*.warc.gz")
+    for verdict in (all_validators(path) if jwarc_available() else [warcio_check(path)]):
+        assert verdict.ok, verdict.output
+    for bundle, where in written:
+        assert where is not None and read_record_at(where).content_stream().read() == bundle["result"]["body"]

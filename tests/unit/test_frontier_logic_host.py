@@ -370,3 +370,13 @@ def test_work_per_call_is_bounded_and_resumes_on_a_timer_at_once():
     assert h.counts["dropped_robots_disallowed"] == 2 and h.timers == {fl.timer_ms(h.now)}
     (page,) = h.advance(0)
     assert page["url"].endswith("/ok")
+
+
+def test_the_group_for_the_fetchers_own_user_agent_applies():
+    from udfs.robots import parse_robots
+    h = Harness()
+    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots, h.policy,
+                              h.politeness, h.robots_policy)
+    (robots,) = h.discover("/a")
+    h.robots(robots, 200, b"User-agent: *\nAllow: /\n\nUser-agent: FlinkCrawler\nDisallow: /a\n")
+    assert h.advance(5) == [] and h.counts["dropped_robots_disallowed"] == 1

@@ -230,3 +230,7 @@ def test_url_fp_is_unsigned_64_bit_and_distinguishes_urls() -> None:
     fps = {url_fp(f"http://example.com/{i}") for i in range(1000)}
     assert len(fps) == 1000
     assert all(0 <= fp < 2**64 for fp in fps)
+
+
+def test_parameters_that_merely_look_like_trackers_are_kept() -> None:
+    assert normalize_url("https://ex.com/?pk_id=5&utm=1&sid=7") == "https://ex.com/?pk_id=5&sid=7&utm=1"
