@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 COMMAND_MODULES: tuple[str, ...] = (
     "crawler.stack",  # install, up, down, status
+    "crawler.crawl",  # crawl, demo, config
 )
 
 

@@ -277,7 +277,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return demo(hosts=args.hosts, duration_s=args.duration, out=args.out)
 
 
+def _cmd_config(args: argparse.Namespace) -> int:
+    """Print the effective configuration (defaults, then --config, then --set) as TOML; exit 2 if invalid."""
+    from udfs.config import defaults_as_toml
+
+    text = args.config.read_text(encoding="utf-8") if args.config else ""
+    try:
+        print(defaults_as_toml(load_config(text, args.overrides)), end="")
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
+    config = subparsers.add_parser("config", help="print the effective configuration (all defaults without options)")
+    config.add_argument("--config", type=Path, help="TOML file of configuration overrides")
+    config.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    config.set_defaults(func=_cmd_config)
+
     crawl = subparsers.add_parser("crawl", help="run a crawl on the local stack")
     crawl.add_argument("--seeds", type=Path, required=True, help="file of seed URLs, one per line")
     crawl.add_argument("--host-map", type=Path, help="file of 'hostname ip' lines resolved before DNS")

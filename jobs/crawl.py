@@ -195,7 +195,7 @@ def configure_env(env: StreamExecutionEnvironment, config: CrawlConfig, python_e
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="jobs/crawl.py", description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", required=True, help="Kafka bootstrap servers, host:port")
-    parser.add_argument("--config", type=Path, help="TOML file of overrides (see `crawler config --defaults`)")
+    parser.add_argument("--config", type=Path, help="TOML file of overrides (see `crawler config`)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--job-name", default="crawl")
     parser.add_argument("--start-timestamp-ms", type=int,

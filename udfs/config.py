@@ -61,7 +61,9 @@ class CrawlConfig:
 
 
 def _plain(value: Any) -> Any:
-    if isinstance(value, (tuple, frozenset, set)):
+    if isinstance(value, (frozenset, set)):
+        return sorted(_plain(v) for v in value)  # a stable order, so printed configs diff cleanly
+    if isinstance(value, tuple):
         return [_plain(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
@@ -168,13 +170,38 @@ def load_config(toml_text: str = "", overrides: list[str] | None = None) -> Craw
     for section, table in parse_overrides(overrides or []).items():
         section_class(section)
         doc.setdefault(section, {}).update(table)
+    for (section, key), derive in DERIVED.items():
+        if key not in doc.get(section, {}):
+            doc.setdefault(section, {})[key] = derive(doc)
     return CrawlConfig({name: build_section(name, doc.get(name, {})) for name in SECTIONS})
 
 
-def defaults_as_toml() -> str:
-    """Every section with its default values, as TOML (what `crawler config --defaults` prints)."""
+def _user_agent(doc: dict[str, Any]) -> str:
+    return doc.get("fetch", {}).get("user_agent") or section_class("fetch")().user_agent
+
+
+def _product_token(user_agent: str) -> str:
+    """RFC 9309 §2.2.1: the product token is the User-Agent's name, before any `/` version or comment."""
+    return user_agent.strip().split("/", 1)[0].split(None, 1)[0]
+
+
+def _robots_max_bytes(doc: dict[str, Any]) -> int:
+    return doc.get("robots", {}).get("max_bytes") or section_class("robots")().max_bytes
+
+
+# Values with one home elsewhere: unless a deployment sets them explicitly, they follow their source,
+# so changing `fetch.user_agent` also changes which robots.txt group applies (RFC 9309 §2.2.1).
+DERIVED: dict[tuple[str, str], Any] = {
+    ("frontier", "robots_agent"): _user_agent,
+    ("extract", "user_agent_token"): lambda doc: _product_token(_user_agent(doc)).lower(),
+    ("fetch", "robots_max_bytes"): _robots_max_bytes,
+}
+
+
+def defaults_as_toml(config: CrawlConfig | None = None) -> str:
+    """Every section with its values (the defaults unless `config` is given), as TOML."""
     lines: list[str] = []
-    for name, values in load_config().as_dict().items():
+    for name, values in (config or load_config()).as_dict().items():
         lines.append(f"[{name}]")
         for key, value in values.items():
             if value is None:
