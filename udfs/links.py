@@ -112,6 +112,8 @@ _VALUED_DIRECTIVES = frozenset({"unavailable_after", "max-snippet", "max-image-p
 _AGENT_PREFIX = re.compile(r"\s*([A-Za-z0-9_-]+)\s*:(.*)", re.DOTALL)
 _LINK_VALUE = re.compile(r"<([^>]*)>((?:\s*;\s*[^;,<]*)*)")
 _REL_PARAM = re.compile(r"""\brel\s*=\s*(?:"([^"]*)"|([^\s;,"]+))""", re.IGNORECASE)
+_REFRESH_DELAY = re.compile(r"[0-9]*(?:\.[0-9]*)?")
+_REFRESH_URL = re.compile(r"url[ \t\n\r\f]*=[ \t\n\r\f]*", re.IGNORECASE)
 _HIDDEN_ANCESTORS = frozenset({"noscript", "template"})
 
 
@@ -177,8 +179,7 @@ def parse_refresh(content: str) -> tuple[float, str | None] | None:
     float (w3lib's reading) rather than truncated.
     """
     text = content.lstrip(" \t\n\r\f")
-    match = re.match(r"[0-9]*(?:\.[0-9]*)?", text)
-    number = match.group(0) if match else ""
+    number = _REFRESH_DELAY.match(text).group(0)  # type: ignore[union-attr]  # matches the empty string
     if not number or number == ".":
         return None
     delay = float(number if number[0] != "." else "0" + number)
@@ -188,7 +189,7 @@ def parse_refresh(content: str) -> tuple[float, str | None] | None:
     if rest[0] not in ";, \t\n\r\f":
         return None
     rest = rest.lstrip(" \t\n\r\f").lstrip(";,").lstrip(" \t\n\r\f")
-    url_kw = re.match(r"url[ \t\n\r\f]*=[ \t\n\r\f]*", rest, re.IGNORECASE)
+    url_kw = _REFRESH_URL.match(rest)
     if url_kw:
         rest = rest[url_kw.end():]
     if rest[:1] in ("'", '"'):

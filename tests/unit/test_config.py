@@ -1,0 +1,66 @@
+"""The configuration: defaults in one place, overrides from TOML and --set, every mistake named."""
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from udfs.config import SECTIONS, ConfigError, defaults_as_toml, load_config, parse_overrides
+
+
+def test_every_section_loads_with_its_defaults():
+    config = load_config()
+    assert set(config.sections) == set(SECTIONS)
+    assert config.politeness.default_delay_s == 1.0
+    assert config.fetch.total_timeout_s == 10.0
+
+
+def test_toml_and_set_override_defaults_and_set_wins():
+    config = load_config("[politeness]\ndefault_delay_s = 2.5\n[job]\nparallelism = 2\n",
+                         ["politeness.default_delay_s=3", 'fetch.deny_cidrs=["127.255.0.0/16"]'])
+    assert config.politeness.default_delay_s == 3.0
+    assert config.job.parallelism == 2
+    assert config.fetch.deny_cidrs == ("127.255.0.0/16",)
+
+
+@pytest.mark.parametrize("toml_text, overrides, message", [
+    ("[nosuch]\nx = 1\n", [], "unknown section [nosuch]"),
+    ("", ["fetch.bogus=1"], "unknown key(s) bogus"),
+    ("", ["politeness.default_delay_s=fast"], "politeness.default_delay_s: expected a number"),
+    ("", ["job.parallelism=1.5"], "job.parallelism: expected an integer"),
+    ("", ["fetch.resolve_dns=1"], "fetch.resolve_dns: expected true or false"),
+    ("", ["politeness.default_delay_s=-1"], "default_delay_s must be a finite number >= 0"),
+    ("", ["job.parallelism=0"], "parallelism must be at least 1"),
+    ("", ["novalue"], "expected SECTION.KEY=VALUE"),
+    ("[politeness\n", [], "not valid TOML"),
+    ("x = 1\n", [], "must be a [section] table"),
+])
+def test_a_bad_value_is_rejected_with_a_message_naming_it(toml_text, overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(toml_text, overrides)
+    assert message in str(err.value)
+
+
+def test_robots_agent_follows_the_user_agent_unless_set():
+    ua = "ExampleBot/2.0 (+https://example.org/bot)"
+    config = load_config("", [f'fetch.user_agent="{ua}"'])
+    assert config.frontier.robots_agent == ua
+    assert config.extract.user_agent_token == "examplebot"
+    pinned = load_config("", [f'fetch.user_agent="{ua}"', 'frontier.robots_agent="OtherBot"'])
+    assert pinned.frontier.robots_agent == "OtherBot"
+
+
+def test_fetch_robots_cap_follows_the_robots_policy():
+    config = load_config("", ["robots.max_bytes=600000"])
+    assert config.fetch.robots_max_bytes == 600000
+
+
+def test_set_values_are_read_as_toml_when_they_parse():
+    assert parse_overrides(["a.b=1", "a.c=true", 'a.d=["x"]', "a.e=plain words"]) == {
+        "a": {"b": 1, "c": True, "d": ["x"], "e": "plain words"}}
+
+
+def test_printed_defaults_are_valid_toml_and_load_back_unchanged():
+    text = defaults_as_toml()
+    assert defaults_as_toml(load_config(text)) == text
+    assert set(tomllib.loads(text)) == set(SECTIONS)
