@@ -179,7 +179,8 @@ def parse_refresh(content: str) -> tuple[float, str | None] | None:
     float (w3lib's reading) rather than truncated.
     """
     text = content.lstrip(" \t\n\r\f")
-    number = _REFRESH_DELAY.match(text).group(0)  # type: ignore[union-attr]  # matches the empty string
+    match = _REFRESH_DELAY.match(text)
+    number = match.group(0) if match else ""
     if not number or number == ".":
         return None
     delay = float(number if number[0] != "." else "0" + number)
@@ -346,12 +347,12 @@ def _extract_html(
 
 
 def _link_nodes(tree: LexborHTMLParser, policy: ExtractPolicy) -> list[tuple[LexborNode, str]]:
-    selectors = ["a[href]", "area[href]"]
-    if policy.follow_frames:
-        selectors.append("frame[src]")
-    if policy.follow_iframes:
-        selectors.append("iframe[src]")
-    return [(node, "src" if node.tag in ("frame", "iframe") else "href") for node in tree.css(", ".join(selectors))]
+    """Link elements with the attribute that holds their target: anchors first, then frames."""
+    nodes = [(node, "href") for node in tree.css("a[href], area[href]")]
+    frames = ",".join(name for name, wanted in (("frame[src]", policy.follow_frames), ("iframe[src]", policy.follow_iframes)) if wanted)
+    if frames:
+        nodes.extend((node, "src") for node in tree.css(frames))
+    return nodes
 
 
 def _links(

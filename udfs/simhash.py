@@ -30,7 +30,7 @@ _MULT = np.uint64(0x9E3779B97F4A7C15)  # odd: the rolling combination is a bijec
 
 
 def tokens(text: str) -> list[str]:
-    """The words SimHash sees: lower-cased runs of Unicode word characters."""
+    """The features SimHash sees (Manku 2007 §2: tokenised, case-folded): lower-cased runs of word characters."""
     return _WORD.findall(text.lower())
 
 

@@ -134,7 +134,7 @@ def decode_html(body: bytes, content_type: str = "") -> tuple[str, str]:
 
 
 def squash(text: str, limit: int | None = None) -> str:
-    """Collapse runs of whitespace to one space and trim; cut to `limit` characters if given."""
+    """Infra §4.6 "strip and collapse whitespace" (over all Unicode whitespace); cut to `limit` characters."""
     out = " ".join(text.split())
     return out if limit is None else out[:limit].rstrip()
 

@@ -279,3 +279,11 @@ def test_a_parser_failure_is_reported_as_data_with_header_verdicts_kept(monkeypa
     got = extract(PAGE, {"content-type": "text/html", "x-robots-tag": "noindex"}, page("<a href='x'>x</a>"))
     assert got.is_html and got.error == "MemoryError: lexbor could not allocate"
     assert got.robots.noindex and got.links == ()
+
+
+def test_policy_loads_from_the_extract_config_section() -> None:
+    from udfs.config import ConfigError, build_section
+
+    assert build_section("extract", {"max_links": 5, "follow_iframes": True}) == ExtractPolicy(max_links=5, follow_iframes=True)
+    with pytest.raises(ConfigError, match="max_links"):
+        build_section("extract", {"max_links": -1})
