@@ -19,7 +19,9 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
+import sysconfig
 import time
 import urllib.error
 import urllib.request
@@ -87,10 +89,12 @@ def build_home(home: Path = HOME) -> Path:
 def render_conf(conf_dir: Path, state_dir: Path, *, rest_port: int = DEFAULT_REST_PORT,
                 python: str | None = None) -> Path:
     """Write the effective conf dir: flink-conf/config.yaml with its placeholders replaced by absolute
-    paths (state folder, virtualenv python, REST port) plus the distribution's logging configs."""
+    paths (state folder, virtualenv python and its site-packages, REST port) plus the distribution's
+    logging configs."""
     python = python or _venv_python()
     text = (TEMPLATE_DIR / "config.yaml").read_text()
     for placeholder, value in (("{{STATE}}", str(state_dir.resolve())), ("{{PYTHON}}", python),
+                               ("{{PYTHON_SITE_PACKAGES}}", _site_packages(python)),
                                ("{{REST_PORT}}", str(rest_port))):
         text = text.replace(placeholder, value)
     left = re.search(r"\{\{\w+\}\}", text)
@@ -116,6 +120,13 @@ def flink_bin(home: Path = HOME) -> Path:
 def _venv_python() -> str:
     # The interpreter running us is the project's virtualenv one (`.venv/bin/crawler`, pytest).
     return str(Path(sys.executable).absolute())
+
+
+def _site_packages(python: str) -> str:
+    if python == _venv_python():
+        return sysconfig.get_paths()["purelib"]
+    code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def _clear(path: Path) -> None:

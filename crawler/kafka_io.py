@@ -22,7 +22,9 @@ Record = tuple[bytes | None, bytes]
 # Producer batches up to this size; the broker and the big topics accept 16 MiB (kafka_broker.py).
 _MAX_REQUEST_BYTES = 16 * 1024 * 1024
 # librdkafka writes its own log lines to stderr unless given a logger; route them to `logging`.
+# (A library's logger: silent until the application configures logging.)
 _LOG = logging.getLogger("crawler.kafka")
+_LOG.addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)

@@ -206,11 +206,23 @@ def test_cluster_home_has_python_and_kafka_connector_jars_in_lib() -> None:
 
 # --- the whole stack through the CLI -------------------------------------------------------------
 
-TRIVIAL_JOB = """
+# Reads crawl.status through the Kafka connector in the cluster's lib/, in thread mode: run twice on
+# one TaskManager it also proves the pemja fix (flink-python in lib/, ARCHITECTURE.md §4).
+KAFKA_JOB = """
+import sys
+from pyflink.common import Configuration, WatermarkStrategy
+from pyflink.common.serialization import SimpleStringSchema
 from pyflink.datastream import StreamExecutionEnvironment
-env = StreamExecutionEnvironment.get_execution_environment()
+from pyflink.datastream.connectors.kafka import KafkaOffsetsInitializer, KafkaSource
+conf = Configuration()
+conf.set_string("python.execution-mode", "thread")
+env = StreamExecutionEnvironment.get_execution_environment(conf)
 env.set_parallelism(1)
-env.from_collection([1, 2, 3]).map(lambda x: x * 2).print()
+source = (KafkaSource.builder().set_bootstrap_servers(sys.argv[1]).set_topics("crawl.status")
+          .set_group_id("stack-smoke").set_starting_offsets(KafkaOffsetsInitializer.earliest())
+          .set_bounded(KafkaOffsetsInitializer.latest())
+          .set_value_only_deserializer(SimpleStringSchema()).build())
+env.from_source(source, WatermarkStrategy.no_watermarks(), "status").map(lambda s: "smoke:" + s.upper()).print()
 env.execute("stack-smoke")
 """
 
@@ -230,7 +242,8 @@ def test_crawler_up_status_run_down_on_a_real_session_cluster(tmp_path: Path) ->
     """Slow (a minute or two on 2 cores): starts Kafka and a Flink session cluster, runs a job."""
     if FlinkCluster(rest_port=8081).overview(timeout_s=1.0) is not None:
         pytest.skip("a Flink cluster already answers on :8081 (another stack is up)")
-    opts = ["--state-dir", str(tmp_path / "stack"), "--kafka-port", str(free_port()),
+    kafka_port = free_port()
+    opts = ["--state-dir", str(tmp_path / "stack"), "--kafka-port", str(kafka_port),
             "--kafka-controller-port", str(free_port())]
     pids: list[int] = []
     try:
@@ -248,15 +261,20 @@ def test_crawler_up_status_run_down_on_a_real_session_cluster(tmp_path: Path) ->
         again = _crawler("up", *opts)  # idempotent: reports, starts nothing
         assert again.returncode == 0 and _pids(again.stdout) == pids
 
+        bootstrap = f"127.0.0.1:{kafka_port}"
+        kafka_io.produce(bootstrap, "crawl.status", [(None, b"hello")])
         job = tmp_path / "job.py"
-        job.write_text(TRIVIAL_JOB)
+        job.write_text(KAFKA_JOB)
         cluster = FlinkCluster(tmp_path / "stack" / "flink")
-        run = subprocess.run([str(flink_bin()), "run", "-py", str(job)], env=cluster.env(),
-                             capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-        assert "has finished" in run.stdout
+        for _ in range(2):
+            run = subprocess.run([str(flink_bin()), "run", "-py", str(job), bootstrap], env=cluster.env(),
+                                 capture_output=True, text=True, timeout=300)
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            assert "has finished" in run.stdout
         jobs = _get_json("http://localhost:8081/jobs/overview")["jobs"]
-        assert [j["state"] for j in jobs if j["name"] == "stack-smoke"] == ["FINISHED"]
+        assert [j["state"] for j in jobs if j["name"] == "stack-smoke"] == ["FINISHED", "FINISHED"]
+        printed = "".join(p.read_text() for p in (tmp_path / "stack" / "flink" / "log").glob("*taskexecutor*.out"))
+        assert printed.count("smoke:HELLO") == 2
     finally:
         down = _crawler("down", *opts)
     assert down.returncode == 0, down.stdout + down.stderr
