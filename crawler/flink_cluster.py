@@ -3,11 +3,12 @@
 The pip package (`apache-flink`) carries a whole Flink, but its `lib/` lacks two things we need, and
 site-packages is not ours to change. So we build a cluster home under .cache (`flink-home/`):
 `bin/` copied (the scripts find FLINK_HOME from their own real location), `opt/` and `plugins/`
-linked to the distribution's, and a real `lib/` of links to the distribution's jars plus `opt/flink-python-*.jar` (without
-it a second thread-mode job on a TaskManager fails in pemja, ARCHITECTURE.md §4) plus the Kafka
-connector from `java/flink-connectors/pom.xml`. Each stack renders its own conf dir from
-`flink-conf/config.yaml` (docs/decisions/0600-flink-conf-template.md); the home's `conf/` is the
-default stack's, so a bare `<home>/bin/flink run -py job.py` talks to the cluster `crawler up` started.
+linked to the distribution's, and a real `lib/` of links to the distribution's jars plus
+`opt/flink-python-*.jar` (without it a second thread-mode job on a TaskManager fails in pemja,
+ARCHITECTURE.md §4) plus the Kafka connector from `java/flink-connectors/pom.xml`. Each stack
+renders its own conf dir from `flink-conf/config.yaml` (docs/decisions/0600-flink-conf-template.md);
+the home's `conf/` is the default stack's, so a bare `<home>/bin/flink run -py job.py` talks to
+the cluster `crawler up` started.
 
 JobManager and TaskManager are started with `start-foreground` under our own pid files, which `exec`s
 into the JVM, so the pid we record is the JVM's (docs/decisions/0602-stack-process-tracking.md).
@@ -35,9 +36,9 @@ HOME = CACHE / "flink-home"
 DEFAULT_STATE = CACHE / "stack" / "flink"
 TEMPLATE_DIR = ROOT / "flink-conf"
 DEFAULT_REST_PORT = 8081
-# Logging configs the scripts expect in FLINK_CONF_DIR; the distribution's are fine as they are.
 # The dashboard is on loopback: an http_proxy from the environment must not be asked for it.
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# Logging configs the scripts expect in FLINK_CONF_DIR; the distribution's are fine as they are.
 _COPIED_CONF = ("log4j.properties", "log4j-cli.properties", "log4j-console.properties",
                 "log4j-session.properties", "logback.xml", "logback-console.xml", "logback-session.xml")
 

@@ -18,7 +18,7 @@ from confluent_kafka import KafkaException
 from crawler import kafka_io, maven
 from crawler.flink_cluster import DEFAULT_REST_PORT, HOME, FlinkCluster, build_home
 from crawler.kafka_broker import DEFAULT_FRONTIER_PARTITIONS, KafkaBroker, default_topics
-from crawler.paths import CACHE
+from crawler.paths import CACHE, JAVA
 
 DEFAULT_STATE_DIR = CACHE / "stack"
 
@@ -136,9 +136,10 @@ class Stack:
 
 
 def install() -> Path:
-    """Fetch every jar (Kafka broker, Flink connectors) with Maven and build the Flink home, starting
+    """Fetch every jar set of java/*/pom.xml (Kafka broker, Flink connectors, jwarc) with Maven and build the Flink home, starting
     nothing: after this the stack and its tests need no network. Returns the Flink home."""
-    maven.jar_dir("kafka")
+    for pom in sorted(JAVA.glob("*/pom.xml")):  # every jar set: broker, connectors, test validators
+        maven.jar_dir(pom.parent.name)
     return build_home(HOME)
 
 

@@ -17,11 +17,12 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from crawler import kafka_io
+from crawler.cli import build_parser, main
 from crawler.daemon import Daemon
 from crawler.flink_cluster import FlinkCluster, flink_bin, render_conf
 from crawler.kafka_broker import MAX_MESSAGE_BYTES, KafkaBroker
 from crawler.kafka_io import TopicSpec
-from crawler.stack import StackConfig
+from crawler.stack import DEFAULT_STATE_DIR, StackConfig
 from tests.integration.conftest import free_port
 from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_PAGES
 
@@ -49,7 +50,7 @@ def test_big_topics_accept_16_mib_messages(kafka_bootstrap: str, topic: str) -> 
 
 def test_broker_refuses_unknown_topics_instead_of_creating_them(kafka_bootstrap: str) -> None:
     with pytest.raises((TimeoutError, KafkaException)):
-        kafka_io.produce(kafka_bootstrap, "no.such.topic", [(b"k", b"v")], timeout_s=5)
+        kafka_io.produce(kafka_bootstrap, "no.such.topic", [(b"k", b"v")], timeout_s=2)
     assert "no.such.topic" not in kafka_io.list_topics(kafka_bootstrap)
 
 
@@ -202,6 +203,34 @@ def test_cluster_home_has_python_and_kafka_connector_jars_in_lib() -> None:
     assert any(n.startswith("flink-python-") for n in names)
     assert any(n.startswith("flink-sql-connector-kafka-") for n in names)
     assert all((lib / n).exists() for n in names)  # no dangling links
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", ["install", "up", "down", "status"])
+def test_cli_registers_the_stack_subcommands(command: str) -> None:
+    args = build_parser().parse_args([command])
+    assert callable(args.func) and args.state_dir == DEFAULT_STATE_DIR
+
+
+def test_status_of_a_stack_that_never_ran_reports_down_and_exits_non_zero(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["status", "--state-dir", str(tmp_path), "--kafka-port", str(free_port()),
+               "--rest-port", str(free_port())])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "kafka        down" in out and "NOT (fully) UP" in out
+
+
+def test_down_of_a_stack_that_never_ran_is_a_no_op(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["down", "--state-dir", str(tmp_path)]) == 0
+    assert "nothing was running" in capsys.readouterr().out
+
+
+def test_cli_reports_a_bad_option_value_in_one_line_with_exit_code_2(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--state-dir", str(tmp_path), "--kafka-port", "8081"]) == 2
+    assert "must all differ" in capsys.readouterr().err
 
 
 # --- the whole stack through the CLI -------------------------------------------------------------
