@@ -32,10 +32,11 @@ from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescri
 
 from operators.fetch import fetch_stage
 from operators.frontier import FrontierFunction
+from operators.warc_writer import EVENT_TYPE as OUTPUT_TRIPLE
 from udfs.config import CrawlConfig, ConfigError, load_config
 from udfs.records import (
-    ALL_TOPICS,
     TOPIC_FRONTIER,
+    TOPIC_PAGES,
     TOPIC_STATUS,
     ContractError,
     decode_frontier_event,
@@ -43,7 +44,7 @@ from udfs.records import (
 )
 
 # (topic, key, value) triples: what every branch of the graph hands to the sinks.
-OUT_TYPE = Types.TUPLE([Types.STRING(), Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
+OUT_TYPE = OUTPUT_TRIPLE
 EVENT_TYPE = Types.PICKLED_BYTE_ARRAY()
 
 
@@ -107,7 +108,6 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     set_python_mode(env, "process")
     fetched = fetch_stage(requests, config.fetch, job.fetch_capacity, job.warc_root,
                           extract_policy=config.extract)
-    fetched = fetched.map(lambda t: t, output_type=OUT_TYPE).uid("fetch-out").name("fetch out")
     set_python_mode(env, "thread")
 
     sinks.emit(env, fetched.union(rejects))
@@ -135,7 +135,11 @@ def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None) -> 
     return Sources(frontier=build)
 
 
-def kafka_sinks(bootstrap: str, topics: Sequence[str] = ALL_TOPICS) -> Sinks:
+# What the job writes. `crawl.control` is read by the job (operator commands), never written.
+OUTPUT_TOPICS = (TOPIC_FRONTIER, TOPIC_PAGES, TOPIC_STATUS)
+
+
+def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS) -> Sinks:
     """One keyed Kafka sink per topic. The Table API's Kafka connector writes a chosen column as the
     record key (`key.fields`), which the DataStream KafkaSink cannot do from Python: `crawl.frontier`
     is keyed by host and `pages.parsed` by url_fp, so each topic's partitions follow its key."""
