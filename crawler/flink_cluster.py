@@ -43,6 +43,10 @@ _COPIED_CONF = ("log4j.properties", "log4j-cli.properties", "log4j-console.prope
                 "log4j-session.properties", "logback.xml", "logback-console.xml", "logback-session.xml")
 
 
+# Set by pyflink.find_flink_home in any process that started a PyFlink gateway.
+_FOREIGN_FLINK_ENV = ("FLINK_HOME", "FLINK_LIB_DIR", "FLINK_PLUGINS_DIR", "FLINK_OPT_DIR", "FLINK_BIN_DIR")
+
+
 class FlinkClusterError(RuntimeError):
     """The cluster could not be built, started or reached; the message points at its logs."""
 
@@ -166,8 +170,11 @@ class FlinkCluster:
         env = dict(os.environ)
         env.update(FLINK_CONF_DIR=str(self.conf_dir), FLINK_LOG_DIR=str(self.state_dir / "log"),
                    FLINK_PID_DIR=str(self.state_dir / "run"))
-        # A FLINK_HOME from the caller's shell would point the scripts at another distribution.
-        env.pop("FLINK_HOME", None)
+        # A FLINK_HOME from the caller's shell would point the scripts at another distribution, and a
+        # process that has used PyFlink in-process (a test session) carries FLINK_LIB_DIR and friends
+        # aimed at the pip distribution's lib/, which lacks the Kafka connector.
+        for name in _FOREIGN_FLINK_ENV:
+            env.pop(name, None)
         return env
 
     def start(self, timeout_s: float = 120.0) -> None:
