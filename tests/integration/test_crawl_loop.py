@@ -24,7 +24,9 @@ from udfs.config import load_config
 from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES
 
 N_HOSTS = 12
-SEED = 7
+# A web whose 12 hosts include a robots.txt answering 503, Disallow rules (plain and with wildcards)
+# and Crawl-delay lines, so each server-side check below has something to catch.
+SEED = 18
 WANT_PAGES = 25
 DEADLINE_S = 150.0
 DEFAULT_DELAY_S = 0.5
@@ -73,6 +75,15 @@ def test_the_loop_publishes_pages(crawl_run):
     assert len(crawl_run["pages"]) >= WANT_PAGES, f"only {len(crawl_run['pages'])} pages published"
     kinds = {e["type"] for e in crawl_run["frontier"]}
     assert {"discovered", "completion", "robots"} <= kinds
+
+
+def test_the_web_exercises_every_politeness_rule(crawl_run):
+    web, log = crawl_run["web"], crawl_run["log"]
+    requested = {r["host"] for r in log if r.get("event") == "request"}
+    server_error = {h.name for h in web.hosts if h.robots.value == "server_error"}
+    assert server_error and server_error <= requested, "a host whose robots.txt answers 503 was never asked"
+    assert any(h.crawl_delay for h in web.hosts if h.name in requested)
+    assert any(h.disallowed for h in web.hosts if h.name in requested)
 
 
 def test_the_server_saw_a_polite_crawler(crawl_run):
