@@ -1,8 +1,8 @@
 """The fetcher: a PyFlink AsyncFunction that turns each FetchRequest into one FetchResult.
 
 Pipeline position (ARCHITECTURE.md §1): frontier → **fetch** → parse / WARC (pages) or crawl.frontier
-(robots). Per request: resolve the host (static pins, then DNS through the event loop, cached with a
-bounded TTL and negative caching) → SSRF guard on every address (`udfs.netguard`) → one GET (pages never
+(robots). Per request: resolve the host (operators/resolver.py: static pins, then DNS through the event
+loop, cached with a bounded TTL and negative caching) → SSRF guard on every address (`udfs.netguard`) → one GET (pages never
 follow redirects; robots.txt follows up to `robots_max_redirects`, each hop resolved and guarded again)
 → limits while reading. The connection is made to the guarded address itself: aiohttp asks our
 resolver, which answers only with addresses it has just checked, so DNS rebinding cannot swap them.
@@ -13,132 +13,32 @@ Every outcome, limit or failure is a FetchResult with a status and reason; nothi
 from __future__ import annotations
 
 import asyncio
-import collections
 import dataclasses
-import ipaddress
 import json
-import socket
 import time
 import zlib
-from pathlib import Path
 from typing import Any, Callable
 
 import aiohttp
 import brotli
-from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 from pyflink.common import Time, Types
 from pyflink.datastream import AsyncDataStream, DataStream
 from pyflink.datastream.functions import AsyncFunction, RuntimeContext
 
 from operators.parse import ParseFunction, is_robots, robots_output
+from operators.resolver import GuardedResolver, ResolveFailure, load_pins
 from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
 from udfs.fetch_status import CappedDecoder, UnsupportedEncoding, fetch_result, header_value, redirect_target
 from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
 from udfs.links import ExtractPolicy
-from udfs.netguard import FetchPolicy, normalize_hostname, parse_host_map
+from udfs.netguard import FetchPolicy
 from udfs.records import FetchRequest, FetchResult, FetchStatus
 from udfs.warc import WarcPolicy
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
 ACCEPT_ENCODING = "gzip, deflate, br"
 _CHUNK = 64 * 1024
-
-
-class ResolveFailure(Exception):
-    """A host could not be turned into guarded addresses: DNS_ERROR or BLOCKED, with the reason."""
-
-    def __init__(self, status: FetchStatus, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
-
-
-class _Refused(OSError):
-    """Raised to aiohttp by the resolver; carries the status so the fetcher can report it."""
-
-    def __init__(self, failure: ResolveFailure) -> None:
-        super().__init__(failure.reason)
-        self.status = failure.status
-
-
-class GuardedResolver(AbstractResolver):
-    """Host → addresses that passed the SSRF guard; also the aiohttp connector's only resolver.
-
-    Static pins win over DNS. DNS answers (and failures) are cached in a bounded LRU for
-    `dns_ttl_s` (`dns_negative_ttl_s`); every answer is re-checked against the guard on each use.
-    A name with any refused address is refused as a whole (fail closed).
-    """
-
-    def __init__(self, policy: FetchPolicy, pins: dict[str, tuple[str, ...]],
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._policy = policy
-        self._pins = pins
-        self._monotonic = monotonic
-        self._cache: collections.OrderedDict[str, tuple[float, tuple[str, ...] | str]] = collections.OrderedDict()
-
-    async def addresses(self, host: str) -> tuple[str, ...]:
-        """Guarded addresses for `host` (a name or an IP literal); raises ResolveFailure."""
-        literal = _ip_literal(host)
-        candidates = (literal,) if literal else await self._lookup(host)
-        for address in candidates:
-            verdict = self._policy.classify(address)
-            if not verdict.allowed:
-                raise ResolveFailure(FetchStatus.BLOCKED, f"{host}: {verdict.reason}")
-        return candidates
-
-    async def resolve(self, host: str, port: int = 0,
-                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
-        """aiohttp's hook: the first guarded address (the one the fetcher records), else OSError.
-
-        One address, not all: the WARC record must name the address actually used, and aiohttp
-        does not expose the peer once a short response has released its connection.
-        """
-        try:
-            address = (await self.addresses(host))[0]
-        except ResolveFailure as failure:
-            raise _Refused(failure) from None
-        return [ResolveResult(hostname=host, host=address, port=port, proto=0, flags=socket.AI_NUMERICHOST,
-                              family=socket.AF_INET6 if ":" in address else socket.AF_INET)]
-
-    async def close(self) -> None:
-        """Nothing to release: the cache is plain memory."""
-
-    async def _lookup(self, host: str) -> tuple[str, ...]:
-        name = normalize_hostname(host)
-        if name is None:
-            raise ResolveFailure(FetchStatus.DNS_ERROR, f"{host!r} is not a valid host name")
-        if name in self._pins:
-            return self._pins[name]
-        now = self._monotonic()
-        cached = self._cache.get(name)
-        if cached is not None and cached[0] > now:
-            self._cache.move_to_end(name)
-            if isinstance(cached[1], str):
-                raise ResolveFailure(FetchStatus.DNS_ERROR, cached[1])
-            return cached[1]
-        if not self._policy.resolve_dns:
-            raise ResolveFailure(FetchStatus.DNS_ERROR, f"{name} is not in the host map and DNS is off")
-        try:
-            infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
-            answer: tuple[str, ...] | str = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
-            ttl = self._policy.dns_ttl_s
-        except OSError as exc:
-            answer, ttl = f"{name}: {exc.strerror or exc}", self._policy.dns_negative_ttl_s
-        self._cache[name] = (now + ttl, answer)
-        self._cache.move_to_end(name)
-        while len(self._cache) > self._policy.dns_cache_size:
-            self._cache.popitem(last=False)
-        if isinstance(answer, str):
-            raise ResolveFailure(FetchStatus.DNS_ERROR, answer)
-        return answer
-
-
-def _ip_literal(host: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(host.strip("[]")))
-    except ValueError:
-        return None
 
 
 @dataclasses.dataclass
@@ -331,14 +231,6 @@ def _head_problem(message: str) -> str:
     if "got more than" in lowered or "too many headers" in lowered or "too long" in lowered or "too large" in lowered:
         return "header_too_large"
     return "bad_response"
-
-
-def load_pins(policy: FetchPolicy) -> dict[str, tuple[str, ...]]:
-    """The policy's host map lines plus the host map file, if any (the file's lines come second)."""
-    text = "\n".join(policy.host_map)
-    if policy.host_map_file:
-        text += "\n" + Path(policy.host_map_file).read_text(encoding="utf-8")
-    return parse_host_map(text)
 
 
 _UNREADABLE = FetchRequest(host="", url="", fp=0, kind="page", lease_id="", depth=0, attempt=0)

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import brotli
 import pytest
 
-from operators.fetch import FetchFunction, Fetcher, GuardedResolver, ResolveFailure
+from operators.fetch import FetchFunction, Fetcher
+from operators.resolver import GuardedResolver, ResolveFailure
 from udfs.fetch_status import header_value, redirect_target
 from udfs.netguard import FetchPolicy
 from udfs.records import FetchRequest, FetchStatus

@@ -261,7 +261,8 @@ def test_the_cdxj_sidecar_indexes_each_response_at_its_location(archive) -> None
 def test_synthetic_web_pages_fetched_parsed_and_archived_end_to_end(tmp_path: Path) -> None:
     import asyncio
 
-    from operators.fetch import Fetcher, load_pins
+    from operators.fetch import Fetcher
+    from operators.resolver import load_pins
     from tests.synthweb import SyntheticWeb, build_web, write_host_map
     from udfs.netguard import FetchPolicy
     from udfs.urls import host_key, normalize_url
