@@ -102,7 +102,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     requests = (decoded.filter(lambda item: item["kind"] == "event").uid("events").name("valid events")
                 .map(lambda item: item["event"], output_type=EVENT_TYPE).uid("unwrap-events").name("unwrap events")
                 .key_by(lambda event: event["host"], key_type=Types.STRING())
-                .process(FrontierFunction(config.frontier, config.politeness, config.robots), output_type=EVENT_TYPE)
+                .process(FrontierFunction(config.frontier, config.politeness, config.robots, config.traps), output_type=EVENT_TYPE)
                 .uid("frontier").name("frontier"))
 
     set_python_mode(env, "process")

@@ -23,13 +23,16 @@ from udfs import frontier_logic as fl
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.records import FetchRequest, unb64
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
+from udfs.traps import DEFAULT_TRAP_POLICY, TrapPolicy
 from udfs.urls import host_key, url_fp
 
 # Counters under the metric group `frontier` (Scrapy-style stats: every drop and deny counted).
-METRICS = tuple(v.value for v in fl.Verdict) + (
+METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "released", "robots_leased", "robots_fetched", "robots_failed", "leases_expired", "parked",
-    "requeued", "completions_stale", "events_malformed",
+    "requeued", "completions_stale", "events_malformed", "hosts_fast_growing",
+    fl.UrlStatus.MOVED_PERMANENTLY.value, fl.UrlStatus.REDIRECTED.value,
 )
+_REDIRECTS = (fl.UrlStatus.MOVED_PERMANENTLY, fl.UrlStatus.REDIRECTED)
 
 
 class ValueLike(Protocol):
@@ -64,10 +67,11 @@ class HostFrontier:
                  count: Callable[[str], None], parse_rules: Callable[[bytes], fl.RulesLike],
                  policy: fl.FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
-                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY, rules_cache_size: int = 1024) -> None:
+                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY, rules_cache_size: int = 1024,
+                 traps: TrapPolicy = DEFAULT_TRAP_POLICY) -> None:
         self.host_row, self.robots_body, self.slots, self.urls = host_row, robots_body, slots, urls
         self.count, self.parse_rules = count, parse_rules
-        self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
+        self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self._rules: OrderedDict[str, tuple[float, fl.RulesLike]] = OrderedDict()
         self._rules_cache_size = rules_cache_size
 
@@ -102,11 +106,18 @@ class HostFrontier:
             if isinstance(item, fl.Verdict):
                 self.count(item.value)
                 continue
+            source = fl.source_of(raw)
+            dropped = fl.screen(state, item, source, now, self.traps, self.policy)
+            if dropped is not None:  # before the URL-table read: trap URLs cost no state access
+                self.count(dropped)
+                continue
             key = fl.signed_fp(item.fp)
             row = self.urls.get(key)
             record = None if row is None else fl.UrlRecord.from_row(row)
-            state, admission = fl.admit(state, item, record, rules, now, self.policy)
+            state, admission = fl.admit(state, item, record, rules, now, self.policy, source, self.traps)
             self.count(admission.verdict.value)
+            if admission.fast_growing:
+                self.count("hosts_fast_growing")
             if admission.verdict is fl.Verdict.ADMITTED:
                 self.slots.put(admission.slot, admission.item.to_row())
                 self.urls.put(key, admission.record.to_row())
@@ -136,6 +147,8 @@ class HostFrontier:
             return state
         if outcome.record is not None and outcome.fp is not None:
             self.urls.put(fl.signed_fp(outcome.fp), outcome.record.to_row())
+            if outcome.record.status in _REDIRECTS:
+                self.count(outcome.record.status.value)
         if outcome.requeue is not None:
             self.slots.put(outcome.slot, outcome.requeue.to_row())
             self.count("requeued")
@@ -209,8 +222,9 @@ class FrontierFunction(KeyedProcessFunction):
 
     def __init__(self, policy: fl.FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
-                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY) -> None:
-        self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
+                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
+                 traps: TrapPolicy = DEFAULT_TRAP_POLICY) -> None:
+        self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self.frontier: HostFrontier | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
@@ -224,7 +238,7 @@ class FrontierFunction(KeyedProcessFunction):
         counters = {name: group.counter(name) for name in METRICS}
         self.frontier = HostFrontier(host_row, robots_body, slots, urls, lambda name: counters[name].inc(),
                                      functools.partial(parse_robots, policy=self.robots_policy),
-                                     self.policy, self.politeness, self.robots_policy)
+                                     self.policy, self.politeness, self.robots_policy, traps=self.traps)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedProcessFunction.Context):
         now_ms = ctx.timer_service().current_processing_time()

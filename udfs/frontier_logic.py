@@ -16,6 +16,11 @@ leased but a robots retry with exponential backoff; 4xx means allow all (RFC 930
 status table is udfs.robots.robots_verdict_for_status).
 One lease per host (§2 invariant 1): `plan` never leases while one is in flight; a lease ends with
 its matching completion or at its deadline (the URL then goes back to its queue, up to a park limit).
+Traps and redirects (decision 0804): every discovered URL is screened by the trap rules
+(udfs.traps.check_url, with the host's session summary kept in the host row) before its URL-table
+row is even read; redirect targets carry a hop count, capped; a 301/308 marks its source URL moved
+and a 302/303/307 keeps it canonical (RFC 9110 §15.4). A host whose URL table grows faster than
+`fast_growth_urls` per window is flagged once per window (decision 0805).
 Nothing here reads a clock: `now` is always a parameter (epoch seconds).
 """
 from __future__ import annotations
@@ -32,8 +37,10 @@ from udfs.politeness import (DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy
 from udfs.records import FetchRequest, FetchStatus
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
+from udfs.traps import DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, HostTrapSummary, TrapContext, TrapPolicy, check_url
 
-STATE_VERSION = 1
+STATE_VERSION = 2               # 2: trap summary and growth window in the host row (decision 0804); reads 1
+_READABLE_VERSIONS = (1, STATE_VERSION)
 PRIORITIES = 10                 # UrlEntry.priority 0 (highest) .. 9
 SLOT_SPAN = 1 << 40             # slot key = priority * SLOT_SPAN + seq; fits a signed Java long
 _MAX_URL_LENGTH = 8192          # a longer "url" in an event is malformed, whatever the URL policy allows
@@ -55,6 +62,11 @@ class FrontierPolicy:
         robots.txt holds is RobotsPolicy.cache_ttl_s (24 h, RFC 9309 §2.4): one home for each default.
     recrawl_after_s: the crawl cycle: a fetched URL is not admitted again until this much later (7 days).
     max_pops_per_call: queue entries examined per event or timer before yielding (bounds one call's work) (100).
+    max_redirect_hops: redirects followed from the first URL of a chain; a redirect target further
+        along is dropped as `dropped_redirect_chain` (5, ARCHITECTURE.md §7).
+    fast_growth_urls: new URL-table rows per window above which a host is counted once per window
+        as `hosts_fast_growing` (1,000).
+    fast_growth_window_s: that window, in seconds (1 h).
     """
 
     robots_agent: str = DEFAULT_USER_AGENT
@@ -65,14 +77,19 @@ class FrontierPolicy:
     robots_retry_max_s: float = 6 * 3_600.0
     recrawl_after_s: float = 7 * 86_400.0
     max_pops_per_call: int = 100
+    max_redirect_hops: int = 5
+    fast_growth_urls: int = 1_000
+    fast_growth_window_s: float = 3_600.0
 
     def __post_init__(self) -> None:
         if not self.robots_agent.strip():
             raise ValueError("frontier.robots_agent must not be empty")
-        for name in ("max_queue", "max_urls_per_host", "max_attempts", "max_pops_per_call"):
+        for name in ("max_queue", "max_urls_per_host", "max_attempts", "max_pops_per_call", "fast_growth_urls"):
             if getattr(self, name) < 1:
                 raise ValueError(f"frontier.{name} must be at least 1, got {getattr(self, name)!r}")
-        for name in ("lease_timeout_s", "robots_retry_max_s", "recrawl_after_s"):
+        if self.max_redirect_hops < 0:
+            raise ValueError(f"frontier.max_redirect_hops must be at least 0, got {self.max_redirect_hops!r}")
+        for name in ("lease_timeout_s", "robots_retry_max_s", "recrawl_after_s", "fast_growth_window_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"frontier.{name} must be a finite number > 0, got {value!r}")
@@ -108,11 +125,18 @@ class Verdict(str, enum.Enum):
     HOST_BUDGET = "dropped_host_budget"
     MALFORMED = "dropped_malformed"
     WRONG_HOST = "dropped_wrong_host"
+    REDIRECT_LOOP = "dropped_redirect_loop"    # a redirect target already seen this cycle
+    REDIRECT_CHAIN = "dropped_redirect_chain"  # a redirect target more than max_redirect_hops along
+
+
+# One counter per trap rule's reason (udfs.traps.REASONS), e.g. `dropped_trap_calendar_out_of_window`.
+TRAP_METRICS: tuple[str, ...] = tuple(f"dropped_trap_{reason}" for reason in REASONS)
 
 
 @dataclass(frozen=True)
 class QueueItem:
-    """One queued URL; its row is `[url, fp, depth, priority, attempt, etag, last_modified]`."""
+    """One queued URL; its row is `[url, fp, depth, priority, attempt, etag, last_modified, redirect_hops]`
+    (rows written before redirect_hops have seven fields and read as 0 hops)."""
 
     url: str
     fp: int
@@ -121,15 +145,15 @@ class QueueItem:
     attempt: int = 0
     etag: str | None = None
     last_modified: str | None = None
+    redirect_hops: int = 0     # redirects followed to reach this URL (0 unless it is a redirect target)
 
     def to_row(self) -> str:
         return json.dumps([self.url, self.fp, self.depth, self.priority, self.attempt, self.etag,
-                           self.last_modified], separators=(",", ":"))
+                           self.last_modified, self.redirect_hops], separators=(",", ":"))
 
     @staticmethod
     def from_row(row: str) -> QueueItem:
-        url, fp, depth, priority, attempt, etag, last_modified = json.loads(row)
-        return QueueItem(url, fp, depth, priority, attempt, etag, last_modified)
+        return QueueItem(*json.loads(row))
 
 
 class UrlStatus(str, enum.Enum):
@@ -137,6 +161,8 @@ class UrlStatus(str, enum.Enum):
     DONE = "done"              # fetched (any HTTP answer or a final failure)
     PARKED = "parked"          # gave up after max_attempts
     DISALLOWED = "disallowed"  # robots.txt said no at release time
+    MOVED_PERMANENTLY = "moved_permanently"  # answered 301/308: its target replaces it; not refetched this cycle
+    REDIRECTED = "redirected"  # answered 302/303/307: still the canonical URL, refetched next cycle
 
 
 @dataclass(frozen=True)
@@ -188,6 +214,9 @@ class HostState:
     queues: tuple[tuple[int, int], ...] = field(default_factory=_empty_queues)
     url_count: int = 0
     timer_ms: int = 0          # the one processing-time timer registered for this host (0 = none)
+    trap_summary: HostTrapSummary = EMPTY_SUMMARY  # the session-id rule's memory, bounded by TrapPolicy
+    growth_since: float = 0.0  # start of the current growth window
+    growth_urls: int = 0       # URL-table rows added since growth_since
 
     @property
     def queued(self) -> int:
@@ -204,17 +233,22 @@ class HostState:
             "next_allowed_at": self.next_allowed_at, "backoff_s": self.backoff_s, "lease": lease,
             "lease_seq": self.lease_seq, "queues": [list(q) for q in self.queues],
             "url_count": self.url_count, "timer_ms": self.timer_ms,
+            "traps": [[key, list(hashes)] for key, hashes in self.trap_summary.entries],
+            "growth": [self.growth_since, self.growth_urls],
         }, separators=(",", ":"))
 
     @staticmethod
     def from_row(row: str | None) -> HostState:
-        """The host row from state (None: a host never seen). Raises ValueError on a foreign schema version."""
+        """The host row from state (None: a host never seen). Raises ValueError on a foreign schema version;
+        a version 1 row (before traps and growth) reads with an empty summary and a fresh window."""
         if row is None:
             return HostState()
         data = json.loads(row)
-        if data.get("v") != STATE_VERSION:
-            raise ValueError(f"host state schema version {data.get('v')!r}; this release reads {STATE_VERSION}")
+        if data.get("v") not in _READABLE_VERSIONS:
+            raise ValueError(f"host state schema version {data.get('v')!r}; this release reads "
+                             f"{', '.join(map(str, _READABLE_VERSIONS))}")
         lease = data["lease"]
+        growth_since, growth_urls = data.get("growth", (0.0, 0))
         return HostState(
             scheme=data["scheme"], robots=Robots(data["robots"]), robots_expires_at=data["robots_expires_at"],
             robots_failures=data["robots_failures"], robots_retry_at=data["robots_retry_at"],
@@ -223,6 +257,8 @@ class HostState:
             lease=None if lease is None else Lease(lease[0], lease[1], lease[2], QueueItem.from_row(lease[3])),
             lease_seq=data["lease_seq"], queues=tuple((h, t) for h, t in data["queues"]),
             url_count=data["url_count"], timer_ms=data["timer_ms"],
+            trap_summary=HostTrapSummary(tuple((key, tuple(hashes)) for key, hashes in data.get("traps", ()))),
+            growth_since=growth_since, growth_urls=growth_urls,
         )
 
 
@@ -249,16 +285,17 @@ def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueIte
 
     MALFORMED: missing or mistyped fields. WRONG_HOST: the URL is not on `host` by `host_of`
     (udfs.urls.host_key), so this host's robots.txt and politeness must not judge it.
+    A missing `redirect_hops` reads as 0 (decision 0804: the WARC writer must set source hops + 1).
     """
     if not isinstance(raw, dict):
         return Verdict.MALFORMED
     url, fp = raw.get("url"), raw.get("fp")
-    depth, priority = raw.get("depth", 0), raw.get("priority", 5)
+    depth, priority, hops = raw.get("depth", 0), raw.get("priority", 5), raw.get("redirect_hops", 0)
     if not isinstance(url, str) or not url or len(url) > _MAX_URL_LENGTH:
         return Verdict.MALFORMED
     if not isinstance(fp, int) or isinstance(fp, bool) or not 0 <= fp < (1 << 64):
         return Verdict.MALFORMED
-    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
+    if not _non_negative_int(depth) or not _non_negative_int(hops):
         return Verdict.MALFORMED
     if not isinstance(priority, int) or isinstance(priority, bool):
         return Verdict.MALFORMED
@@ -267,7 +304,37 @@ def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueIte
             return Verdict.WRONG_HOST
     except (ValueError, TypeError):
         return Verdict.MALFORMED
-    return QueueItem(url, fp, depth, min(max(priority, 0), PRIORITIES - 1))
+    return QueueItem(url, fp, depth, min(max(priority, 0), PRIORITIES - 1), redirect_hops=hops)
+
+
+def _non_negative_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def source_of(raw: dict[str, Any]) -> str:
+    """The `source` of a UrlEntry (ARCHITECTURE.md §3: "seed", "link", "redirect", "sitemap", "recrawl");
+    "link" when absent or mistyped, so an entry that does not say it is a seed gets every trap rule."""
+    source = raw.get("source")
+    return source if isinstance(source, str) else "link"
+
+
+def screen(state: HostState, item: QueueItem, source: str, now: float,
+           traps: TrapPolicy = DEFAULT_TRAP_POLICY,
+           policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> str | None:
+    """The metric of the rule that drops a discovered URL before its URL-table row is read, or None
+    (§2 invariant 6: trap rules; RFC 9110 §15.4 with ARCHITECTURE.md §7's 5-redirect cap). Never raises.
+
+    A redirect target more than `max_redirect_hops` along is `dropped_redirect_chain`; otherwise the
+    trap chain (udfs.traps.check_url) judges the URL with the entry's depth, `now` and the host's
+    session summary, and a rejection is `dropped_trap_<reason>`. Seeds skip only the depth rule.
+    """
+    if source == "redirect" and item.redirect_hops > policy.max_redirect_hops:
+        return Verdict.REDIRECT_CHAIN.value
+    context = TrapContext(now, 0 if source == "seed" else item.depth, state.trap_summary)
+    verdict = check_url(item.url, context, traps)
+    if verdict.accepted:
+        return None
+    return f"dropped_trap_{verdict.reason if verdict.reason in REASONS else 'filter_error'}"
 
 
 @dataclass(frozen=True)
@@ -276,18 +343,21 @@ class Admission:
     slot: int | None = None           # where to put `item` (ADMITTED only)
     item: QueueItem | None = None
     record: UrlRecord | None = None   # the URL-table row to write (ADMITTED only)
+    fast_growing: bool = False        # this URL took the host over fast_growth_urls in its window
 
 
 def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: RulesLike | None, now: float,
-          policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> tuple[HostState, Admission]:
-    """Admit one URL to its host's queue, or say why not (§2 invariants 2, 3, 6).
+          policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY, source: str = "link",
+          traps: TrapPolicy = DEFAULT_TRAP_POLICY) -> tuple[HostState, Admission]:
+    """Admit one URL to its host's queue, or say why not (§2 invariants 2, 3, 6); `screen` comes first.
 
-    Dedup against the URL table first (a queued URL, or one done/parked/disallowed within the crawl
-    cycle, is SEEN), then the host budget, the robots rules when known (checked again at release),
-    then the queue cap. `rules` is None while robots.txt is unknown or unreachable.
+    Dedup against the URL table first (a queued URL, or one finished within the crawl cycle, is SEEN;
+    a redirect target seen so is a REDIRECT_LOOP), then the host budget, the robots rules when known
+    (checked again at release), then the queue cap. `rules` is None while robots.txt is unknown or
+    unreachable. An admitted URL updates the host's session summary and its growth window.
     """
     if record is not None and (record.status is UrlStatus.QUEUED or now - record.at < policy.recrawl_after_s):
-        return state, Admission(Verdict.SEEN)
+        return state, Admission(Verdict.REDIRECT_LOOP if source == "redirect" else Verdict.SEEN)
     if record is None and state.url_count >= policy.max_urls_per_host:
         return state, Admission(Verdict.HOST_BUDGET)
     if rules is not None and state.robots is Robots.PARSED and not _allowed(rules, item.url, policy):
@@ -302,11 +372,20 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
     changes: dict[str, Any] = {
         "queues": state.queues[:item.priority] + ((head, tail + 1),) + state.queues[item.priority + 1:],
         "url_count": state.url_count + (1 if record is None else 0),
+        "trap_summary": state.trap_summary.with_url(item.url, traps),
     }
     if state.robots is Robots.NONE and state.lease is None and queued == 0:
         changes["scheme"] = item.url.partition("://")[0]  # robots.txt goes over the first URL's scheme
+    fast_growing = False
+    if record is None:
+        if now - state.growth_since >= policy.fast_growth_window_s or now < state.growth_since:
+            changes["growth_since"], changes["growth_urls"] = now, 1
+        else:
+            changes["growth_urls"] = state.growth_urls + 1
+            fast_growing = changes["growth_urls"] == policy.fast_growth_urls + 1
     new_record = UrlRecord(UrlStatus.QUEUED, now, item.etag, item.last_modified)
-    return replace(state, **changes), Admission(Verdict.ADMITTED, slot_key(item.priority, tail), item, new_record)
+    admission = Admission(Verdict.ADMITTED, slot_key(item.priority, tail), item, new_record, fast_growing)
+    return replace(state, **changes), admission
 
 
 def _allowed(rules: RulesLike, url: str, policy: FrontierPolicy) -> bool:
@@ -382,6 +461,7 @@ def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
     if kind == "page":
         request["etag"] = item.etag
         request["last_modified"] = item.last_modified
+        request["redirect_hops"] = item.redirect_hops  # the writer sends a redirect target at hops + 1
     return replace(state, lease=lease, lease_seq=seq), request
 
 
@@ -456,7 +536,9 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
 
     The host's clock restarts at `now` (the frontier's clock, not the fetcher's): next_allowed_at =
     now + max(crawl_delay, 1/rate, 10 × fetch time), raised by backoff. 429/5xx/timeouts/network
-    errors put the URL back (attempt + 1) until max_attempts, then park it; anything else is DONE.
+    errors put the URL back (attempt + 1) until max_attempts, then park it; a 301/308 with a target
+    is MOVED_PERMANENTLY, a 302/303/307 with one REDIRECTED (RFC 9110 §15.4; the target itself
+    arrives as a discovered URL); anything else is DONE.
     """
     lease = state.lease
     if lease is None or lease.kind != "page" or event.get("lease_id") != lease.lease_id \
@@ -471,10 +553,27 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
     state = _paced(replace(state, lease=None), health, fetch_s, retry_after, now, politeness)
     if health in _RETRY_HEALTH:
         return _retry_or_park(state, lease.item, now, policy)
+    moved = _redirect_status(fetch_status, http_status, event.get("redirect"))
+    if moved is not None:
+        return state, Outcome(True, UrlRecord(moved, now), lease.item.fp)
     etag, modified = event.get("etag"), event.get("last_modified")
     record = UrlRecord(UrlStatus.DONE, now, etag if isinstance(etag, str) else None,
                        modified if isinstance(modified, str) else None)
     return state, Outcome(True, record, lease.item.fp)
+
+
+_REDIRECT_STATUS = {301: UrlStatus.MOVED_PERMANENTLY, 308: UrlStatus.MOVED_PERMANENTLY,
+                    302: UrlStatus.REDIRECTED, 303: UrlStatus.REDIRECTED, 307: UrlStatus.REDIRECTED}
+
+
+def _redirect_status(fetch_status: Any, http_status: Any, target: Any) -> UrlStatus | None:
+    """RFC 9110 §15.4: 301/308 move the resource for good, 302/303/307 leave this URL its canonical
+    name; either way the fetch is over for this cycle. None unless a complete 3xx named a target."""
+    if fetch_status != FetchStatus.OK.value or not isinstance(target, str) or not target:
+        return None
+    if not isinstance(http_status, int) or isinstance(http_status, bool):
+        return None
+    return _REDIRECT_STATUS.get(http_status)
 
 
 _ROBOTS_STATE = {RobotsVerdict.PARSE: Robots.PARSED, RobotsVerdict.ALLOW_ALL: Robots.ALLOW_ALL,

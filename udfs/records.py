@@ -46,6 +46,9 @@ class UrlEntry(TypedDict):
     depth: int          # hops from a seed
     priority: int       # 0 (highest) .. 9
     source: str         # "seed", "link", "redirect", "sitemap", "recrawl"
+    # Redirects followed to reach this URL: for a "redirect" entry the writer sets the source's
+    # FetchRequest.redirect_hops + 1 (absent reads as 0, so the frontier's hop cap cannot trip).
+    redirect_hops: NotRequired[int]
 
 
 class DiscoveredBatch(TypedDict):
@@ -104,6 +107,7 @@ class FetchRequest(TypedDict):
     attempt: int
     etag: NotRequired[str | None]
     last_modified: NotRequired[str | None]
+    redirect_hops: NotRequired[int]   # pages only: redirects followed to reach `url` (UrlEntry.redirect_hops)
 
 
 class FetchResult(TypedDict):

@@ -196,3 +196,54 @@ def test_robots_first_one_lease_release_after_delay_and_expiry(frontier_job):
             break
         time.sleep(0.3)
     assert {k: counters.get(k) for k in expected} == expected
+
+
+def next_for(results: queue.Queue, host: str, timeout: float = 30.0) -> dict:
+    """The next request for `host`, skipping what other hosts' leases (still running from earlier tests) emit."""
+    deadline = time.monotonic() + timeout
+    while True:
+        _, request = next_request(results, timeout=max(0.1, deadline - time.monotonic()))
+        if request["host"] == host:
+            return request
+
+
+def test_trap_rules_and_redirects_are_judged_and_counted_in_the_real_operator(frontier_job):
+    from udfs.urls import url_fp
+    feed, results, rest = frontier_job
+    host = "trap.example"
+
+    def entry(path: str, depth: int, source: str, hops: int = 0) -> dict:
+        url = f"http://{host}{path}"
+        return {"url": url, "fp": url_fp(url), "depth": depth, "priority": 5, "source": source, "redirect_hops": hops}
+
+    def send(*entries: dict) -> None:
+        feed.send({"v": 1, "type": "discovered", "host": host, "urls": list(entries)})
+
+    def answer(request: dict, http_status: int, target: str) -> None:
+        feed.send(dict(completion(request), host=host, http_status=http_status, redirect=f"http://{host}{target}"))
+
+    # a link past the depth limit and a looping path are dropped before they cost a state read
+    send(entry("/", 0, "seed"), entry("/deep", 21, "link"), entry("/a/b/a/b/a/b", 1, "link"))
+    robots = next_for(results, host)
+    assert robots["kind"] == "robots"
+    feed.send(dict(robots_result(robots, b""), host=host, http_status=404))
+    home = next_for(results, host)
+    assert (home["url"], home["redirect_hops"]) == (f"http://{host}/", 0)
+
+    # / -301-> /new -302-> / : the second target was seen this cycle, so the loop ends there
+    answer(home, 301, "/new")
+    send(entry("/new", 1, "redirect", hops=1))
+    moved = next_for(results, host)
+    assert (moved["url"], moved["redirect_hops"]) == (f"http://{host}/new", 1)
+    answer(moved, 302, "/")
+    send(entry("/", 2, "redirect", hops=2), entry("/far", 2, "redirect", hops=6))
+
+    expected = {"dropped_trap_crawl_depth_exceeded": 1, "dropped_trap_repeated_segments": 1,
+                "moved_permanently": 1, "redirected": 1, "dropped_redirect_loop": 1, "dropped_redirect_chain": 1}
+    deadline = time.monotonic() + 20
+    while True:
+        counters = frontier_counters(rest)
+        if all(counters.get(k) == v for k, v in expected.items()) or time.monotonic() > deadline:
+            break
+        time.sleep(0.3)
+    assert {k: counters.get(k) for k in expected} == expected

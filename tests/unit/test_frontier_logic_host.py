@@ -121,12 +121,12 @@ class Harness:
                            "fetch_ms": 20.0, "body_b64": b64(body)})
 
     def complete(self, req: dict, http_status: int | None = 200, fetch_status: str = "ok",
-                 retry_after: float | None = None) -> list[dict]:
+                 retry_after: float | None = None, redirect: str | None = None) -> list[dict]:
         return self.event({"v": 1, "type": "completion", "host": HOST, "lease_id": req["lease_id"],
                            "url": req["url"], "fp": req["fp"], "fetch_status": fetch_status,
                            "http_status": http_status, "started_at": self.now - 0.05, "done_at": self.now,
                            "fetch_ms": 50.0, "bytes": 100, "content_hash": None, "simhash": None, "etag": None,
-                           "last_modified": None, "redirect": None, "retry_after": retry_after})
+                           "last_modified": None, "redirect": redirect, "retry_after": retry_after})
 
 
 def test_robots_first_then_one_page_at_a_time_with_the_delay():
@@ -291,6 +291,13 @@ class Fetcher:
             # a failed refresh blocks the host again until a retry succeeds
             self.robots_ok, self.allow_all = (False, False) if failed else (True, status >= 300)
             self.h.robots(req, status, fetch_status="ok" if status is not None else "timeout")
+        elif status in (301, 302):  # a redirect ends the source's cycle; its target arrives like the writer sends it
+            self.done.add(req["fp"])
+            target = f"http://{HOST}" + ("/a" if req["url"].endswith("/b") else "/b")
+            self.h.complete(req, status, redirect=target)
+            self.h.event({"v": 1, "type": "discovered", "host": HOST, "urls": [
+                {"url": target, "fp": url_fp(target), "depth": req["depth"] + 1, "priority": 0,
+                 "source": "redirect", "redirect_hops": req.get("redirect_hops", 0) + 1}]})
         else:
             if status in (200, 304, 404):
                 self.done.add(req["fp"])
@@ -319,7 +326,7 @@ class _Observed:
 actions = st.lists(st.one_of(
     st.tuples(st.just("discover"), st.lists(st.sampled_from(["/a", "/b", "/c", "/private/p", "/d"]),
                                             min_size=1, max_size=3), st.integers(0, 9)),
-    st.tuples(st.just("answer"), st.sampled_from([200, 304, 404, 429, 500, 503, None]),
+    st.tuples(st.just("answer"), st.sampled_from([200, 301, 302, 304, 404, 429, 500, 503, None]),
               st.sampled_from([None, 5.0])),
     st.tuples(st.just("answer"), st.just(200), st.none()),
     st.tuples(st.just("advance"), st.floats(0.0, 40.0), st.none()),
