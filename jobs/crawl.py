@@ -32,7 +32,7 @@ from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescri
 
 from operators.fetch import fetch_stage
 from operators.frontier import FrontierFunction
-from operators.warc_writer import EVENT_TYPE as OUTPUT_TRIPLE
+from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
 from udfs.records import (
     TOPIC_FRONTIER,
@@ -43,8 +43,7 @@ from udfs.records import (
     encode,
 )
 
-# (topic, key, value) triples: what every branch of the graph hands to the sinks.
-OUT_TYPE = OUTPUT_TRIPLE
+# Events between Python operators (dicts); every branch ends in TRIPLE_TYPE: (topic, key, value bytes).
 EVENT_TYPE = Types.PICKLED_BYTE_ARRAY()
 
 
@@ -82,9 +81,15 @@ class DecodeEvents(FlatMapFunction):
             yield {"kind": "reject", "reason": str(exc), "raw": value[:1000]}
 
 
-def _reject_to_status(item: dict[str, Any]) -> tuple[str, str, bytes]:
+def _rejects_to_status(item: dict[str, Any]) -> list[tuple[str, str, bytes]]:
+    if item["kind"] != "reject":
+        return []
     body = {"v": 1, "type": "rejected_event", "topic": TOPIC_FRONTIER, "reason": item["reason"], "raw": item["raw"]}
-    return (TOPIC_STATUS, "rejected", encode(body))
+    return [(TOPIC_STATUS, "rejected", encode(body))]
+
+
+def _valid_events(item: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item["event"]] if item["kind"] == "event" else []
 
 
 def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sinks, config: CrawlConfig) -> None:
@@ -97,17 +102,18 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     set_python_mode(env, "thread")
     decoded = (sources.frontier(env)
                .flat_map(DecodeEvents(), output_type=EVENT_TYPE).uid("decode-events").name("decode events"))
-    rejects = (decoded.filter(lambda item: item["kind"] == "reject").uid("rejects").name("rejected events")
-               .map(_reject_to_status, output_type=OUT_TYPE).uid("rejects-to-status").name("rejects to status"))
-    requests = (decoded.filter(lambda item: item["kind"] == "event").uid("events").name("valid events")
-                .map(lambda item: item["event"], output_type=EVENT_TYPE).uid("unwrap-events").name("unwrap events")
+    # flat_map, not filter + map: PyFlink fuses chained Python functions and keeps one uid of them.
+    rejects = (decoded.flat_map(_rejects_to_status, output_type=TRIPLE_TYPE)
+               .uid("rejects-to-status").name("rejects to status"))
+    frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps)
+    requests = (decoded.flat_map(_valid_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
                 .key_by(lambda event: event["host"], key_type=Types.STRING())
-                .process(FrontierFunction(config.frontier, config.politeness, config.robots, config.traps), output_type=EVENT_TYPE)
-                .uid("frontier").name("frontier"))
+                .process(frontier, output_type=EVENT_TYPE).uid("frontier").name("frontier"))
 
     set_python_mode(env, "process")
     fetched = fetch_stage(requests, config.fetch, job.fetch_capacity, job.warc_root,
-                          extract_policy=config.extract)
+                          extract_policy=config.extract, warc_policy=config.warc, storage=config.storage,
+                          fetch_parallelism=job.fetch_parallelism)
     set_python_mode(env, "thread")
 
     sinks.emit(env, fetched.union(rejects))

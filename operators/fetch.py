@@ -34,6 +34,7 @@ from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
 from udfs.links import ExtractPolicy
 from udfs.netguard import FetchPolicy
 from udfs.records import FetchRequest, FetchResult, FetchStatus
+from udfs.storage import StoragePolicy
 from udfs.warc import WarcPolicy
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
@@ -292,7 +293,9 @@ def add_fetch(requests: DataStream, policy: FetchPolicy, capacity: int) -> DataS
 def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_root: str,
                 extract_policy: ExtractPolicy = DEFAULT_EXTRACT_POLICY,
                 warc_settings: WarcFileSettings = WarcFileSettings(),
-                warc_policy: WarcPolicy = WarcPolicy()) -> DataStream:
+                warc_policy: WarcPolicy = WarcPolicy(),
+                storage: StoragePolicy = StoragePolicy(),
+                fetch_parallelism: int | None = None) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
     The graph of §1 from fetch to the two sinks: fetch → robots results (crawl.frontier), and
@@ -300,12 +303,14 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     `process` execution mode to be in force when this is called (ARCHITECTURE.md §4).
     """
     fetched = add_fetch(requests, policy, capacity).uid("fetch").name("fetch")
+    if fetch_parallelism is not None:
+        fetched = fetched.set_parallelism(fetch_parallelism)
     # PyFlink fuses consecutive Python functions into one operator, which keeps only one of their uids
     # (a hash collision when the graph branches): hence flat_map rather than filter + map, and an
     # unchained writer.
     robots = (fetched.flat_map(lambda r: [robots_output(r, policy.robots_max_bytes)] if is_robots(r) else [],
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
     pages = (fetched.flat_map(ParseFunction(extract_policy), output_type=FETCH_RESULT_TYPE).uid("parse").name("parse")
-             .process(WarcWriterFunction(warc_root, warc_settings, warc_policy), output_type=EVENT_TYPE)
+             .process(WarcWriterFunction(warc_root, warc_settings, warc_policy, storage=storage), output_type=EVENT_TYPE)
              .uid("warc-writer").name("warc writer").disable_chaining())
     return robots.union(pages)

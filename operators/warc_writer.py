@@ -10,6 +10,11 @@ and only then emits (invariant 5: every published page points at a durable recor
 - one `DiscoveredBatch` per target host of its followable links (+ redirect/refresh targets), depth+1.
 Files roll at a size or age limit (checked when a record arrives); a restarted writer never appends
 to an existing file, it starts the next sequence number.
+
+With an `s3://bucket/prefix` root (decision 0504) files are written to `[storage] staging_dir`, rolled
+at its smaller limits and uploaded whole on roll; a capture is durable only once its file is uploaded,
+so the events of the open file's captures are held until then (published warc_path = the s3:// URL).
+The roll is checked when an element arrives: an idle writer holds its events until the next one.
 """
 from __future__ import annotations
 
@@ -25,10 +30,12 @@ from typing import Any, BinaryIO, TextIO
 from pyflink.common import Types
 from pyflink.datastream.functions import ProcessFunction, RuntimeContext
 
+from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, retry_after_seconds
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_PAGES, Completion, DiscoveredBatch, FetchResult,
                           FetchStatus, ParsedPage, UrlEntry, encode)
+from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
 from udfs.warc import WarcBuilder, WarcPolicy, WarcRecord, cdxj_line, indexed_by_default
 
@@ -75,11 +82,18 @@ class WarcFiles:
 
     Beside each file, `{seq}.cdxj` indexes its records in file order (decision 0503 lines, `filename`
     relative to `root`); it is synced with the WARC file. Sort the lines when merging indexes.
+
+    With a `store`, `root` is the local staging directory: a finished file and its index are uploaded
+    under the store's prefix (same relative path), then deleted locally; locations name the s3:// URL.
     """
 
     def __init__(self, root: str, subtask: int, builder: WarcBuilder, settings: WarcFileSettings = WarcFileSettings(),
-                 clock: Callable[[], float] = time.time, crawl_fields: tuple[tuple[str, str], ...] = ()) -> None:
+                 clock: Callable[[], float] = time.time, crawl_fields: tuple[tuple[str, str], ...] = (),
+                 store: ObjectStore | None = None) -> None:
         self._root = root
+        self._store = store
+        # Set when an upload failed: the held events of that file must never be released, so stop here.
+        self._failed: Exception | None = None
         self._subtask = subtask
         self._builder = builder
         self._settings = settings
@@ -94,10 +108,12 @@ class WarcFiles:
         self._warcinfo_id: str | None = None
 
     def append(self, build: Callable[[str | None], list[WarcRecord]]) -> list[Location]:
-        """Write the records `build(warcinfo_id)` returns (rolling first if due); durable when this returns.
+        """Write the records `build(warcinfo_id)` returns (rolling first if due); durable when this returns,
+        or with a store once their file is uploaded (`open_path` moves on).
 
         `build` runs after any roll so records name the warcinfo of the file they land in.
         """
+        self._check_usable()
         self._roll_if_due()
         assert self._file is not None
         locations = [self._write(record) for record in build(self._warcinfo_id)]
@@ -105,34 +121,63 @@ class WarcFiles:
             self._sync()
         return locations
 
+    @property
+    def open_path(self) -> str | None:
+        """The published path of the file records are appended to now, or None between files."""
+        return self._path if self._file is not None else None
+
     def close(self) -> None:
-        """Flush, fsync and close the current file."""
+        """Flush, fsync and close the current file; with a store, upload it and its index, then delete them."""
         if self._file is not None and self._index is not None:
             self._sync()
             self._file.close()
             self._index.close()
             self._file = self._index = None
+            if self._store is not None:
+                try:
+                    self._upload()
+                except Exception as exc:
+                    self._failed = exc
+                    raise
+
+    def finish_if_due(self) -> bool:
+        """Close (with a store: upload) the current file if it reached its size, age or date limit."""
+        self._check_usable()
+        return self._finish_if_due(self._clock())
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise RuntimeError(f"an earlier upload failed ({self._failed}); this writer cannot go on") from self._failed
 
     def _roll_if_due(self) -> None:
         now = self._clock()
-        date = datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%d")
+        self._finish_if_due(now)
+        if self._file is None:
+            self._open(_utc_date(now), now)
+
+    def _finish_if_due(self, now: float) -> bool:
         if self._file is not None and (self._file.tell() >= self._settings.max_file_bytes
                                        or now - self._opened_at >= self._settings.max_file_age_s
-                                       or date != self._date):
+                                       or _utc_date(now) != self._date):
             self.close()
-        if self._file is None:
-            self._open(date, now)
+            return True
+        return False
 
     def _open(self, date: str, now: float) -> None:
-        folder = Path(self._root) / "crawl" / date / str(self._subtask)
+        relative_folder = f"crawl/{date}/{self._subtask}"
+        folder = Path(self._root) / relative_folder
         folder.mkdir(parents=True, exist_ok=True)
-        taken = [int(m.group(1)) for m in (_SEQ_NAME.match(p.name) for p in folder.iterdir()) if m]
+        names = [p.name for p in folder.iterdir()]
+        if self._store is not None:
+            # Staged files are deleted once uploaded: the store knows the numbers already used.
+            names += self._store.names(relative_folder)
+        taken = [int(m.group(1)) for m in map(_SEQ_NAME.match, names) if m]
         name = f"{max(taken, default=-1) + 1:05d}.warc.gz"
         # "x": never append to (or overwrite) a file an earlier run may have left half-written.
         self._file = open(folder / name, "xb")
         self._index = open(folder / name.replace(".warc.gz", ".cdxj"), "x", encoding="utf-8")
-        self._path = str(folder / name)
-        self._relative = f"crawl/{date}/{self._subtask}/{name}"
+        self._relative = f"{relative_folder}/{name}"
+        self._path = str(folder / name) if self._store is None else self._store.root.url(self._relative)
         self._opened_at, self._date = now, date
         _fsync_dir(folder)
         info = self._builder.warcinfo(name, self._crawl_fields, date=now)
@@ -150,12 +195,26 @@ class WarcFiles:
             self._index.write(cdxj_line(record.info, self._relative, offset, len(member)) + "\n")
         return Location(self._path, offset, len(member))
 
+    def _upload(self) -> None:
+        assert self._store is not None
+        warc = Path(self._root) / self._relative
+        index = warc.with_name(warc.name.replace(".warc.gz", ".cdxj"))
+        # The index last: an index in the store always describes a WARC file that is there.
+        self._store.upload(warc, self._relative)
+        self._store.upload(index, self._relative.replace(".warc.gz", ".cdxj"))
+        warc.unlink()
+        index.unlink()
+
     def _sync(self) -> None:
         assert self._file is not None and self._index is not None
         for handle in (self._file, self._index):
             handle.flush()
             if self._settings.fsync:
                 os.fsync(handle.fileno())
+
+
+def _utc_date(moment: float) -> str:
+    return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%d")
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -230,6 +289,7 @@ def discovered_batches(bundle: ParsedBundle) -> list[DiscoveredBatch]:
     result, page = bundle["result"], bundle["page"]
     request = result["request"]
     depth = request.get("depth", 0) + 1
+    hops = request.get("redirect_hops", 0) + 1   # for redirect targets: the frontier caps chains
     found: list[tuple[str, str, int]] = []
     redirect = redirect_target(result.get("url") or request["url"], result["http_status"], result["headers"])
     if redirect is not None:
@@ -246,8 +306,10 @@ def discovered_batches(bundle: ParsedBundle) -> list[DiscoveredBatch]:
         except ValueError:
             continue   # not http(s): normalize_url let through a scheme the frontier cannot fetch
         fp = url_fp(url)
-        by_host.setdefault(host, {}).setdefault(
-            fp, UrlEntry(url=url, fp=fp, depth=depth, priority=priority, source=source))
+        entry = UrlEntry(url=url, fp=fp, depth=depth, priority=priority, source=source)
+        if source == "redirect":
+            entry["redirect_hops"] = hops
+        by_host.setdefault(host, {}).setdefault(fp, entry)
     return [DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host, urls=list(entries.values()))
             for host, entries in by_host.items()]
 
@@ -265,42 +327,100 @@ def events_for(bundle: ParsedBundle, where: Location | None) -> list[Event]:
     return events
 
 
+class PageArchiver:
+    """Archives page fetches and hands back each one's events once its records are durable (invariant 5).
+
+    Local files are durable when `append` returns (fsync), so events go out at once. With an object
+    store a capture is durable only when its file is uploaded: its events are held until the file is
+    finished (size, age or date limit, checked after each element) and then released in arrival order.
+    Events of fetches that archive nothing never wait.
+    """
+
+    def __init__(self, files: WarcFiles, builder: WarcBuilder, *, hold: bool) -> None:
+        self._files = files
+        self._builder = builder
+        self._hold = hold
+        self._held: list[tuple[str, list[Event]]] = []
+
+    @property
+    def held_captures(self) -> int:
+        """Captures whose events wait for their file to be uploaded."""
+        return len(self._held)
+
+    def archive(self, bundle: ParsedBundle) -> tuple[list[Location], list[Event]]:
+        """Write the fetch's records (if archived); its locations and the events now safe to emit."""
+        result = bundle["result"]
+        locations = (self._files.append(lambda warcinfo_id: capture_records(self._builder, result, warcinfo_id))
+                     if is_archived(result) else [])
+        where = locations[0] if locations else None
+        events = events_for(bundle, where)
+        if self._hold and where is not None:
+            self._held.append((where.path, events))
+            events = []
+        self._files.finish_if_due()
+        return locations, self._release() + events
+
+    def close(self) -> None:
+        """Finish the open file; events still held are dropped (their leases expire and are retried)."""
+        self._files.close()
+        self._held.clear()
+
+    def _release(self) -> list[Event]:
+        open_path = self._files.open_path
+        ready = [events for path, events in self._held if path != open_path]
+        self._held = [(path, events) for path, events in self._held if path == open_path]
+        return [event for events in ready for event in events]
+
+
 class WarcWriterFunction(ProcessFunction):
-    """ParsedBundle → archived capture → (topic, key, value) events; one file series per subtask."""
+    """ParsedBundle → archived capture → (topic, key, value) events; one file series per subtask.
+
+    For an `s3://` root, files are staged under `storage.staging_dir` with its roll limits (no per-record
+    fsync: durability comes from the upload) and events wait for the upload (decision 0504).
+    """
 
     def __init__(self, root: str, settings: WarcFileSettings = WarcFileSettings(),
-                 warc_policy: WarcPolicy = WarcPolicy(), crawl_fields: tuple[tuple[str, str], ...] = ()) -> None:
+                 warc_policy: WarcPolicy = WarcPolicy(), crawl_fields: tuple[tuple[str, str], ...] = (),
+                 storage: StoragePolicy = StoragePolicy()) -> None:
+        if is_s3_root(root):
+            parse_s3_root(root)   # fail when the job is built, not in a worker
         self._root = root
         self._settings = settings
         self._warc_policy = warc_policy
         self._crawl_fields = crawl_fields
-        self._files: WarcFiles | None = None
+        self._storage = storage
+        self._archiver: PageArchiver | None = None
         self._builder = WarcBuilder(warc_policy)
         self._counters: dict[str, Any] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self._files = WarcFiles(self._root, runtime_context.get_index_of_this_subtask(),
-                                self._builder, self._settings, crawl_fields=self._crawl_fields)
+        subtask = runtime_context.get_index_of_this_subtask()
+        if is_s3_root(self._root):
+            staged = WarcFileSettings(self._storage.max_file_bytes, self._storage.max_file_age_s, fsync=False)
+            files = WarcFiles(self._storage.staging_dir, subtask, self._builder, staged,
+                              crawl_fields=self._crawl_fields,
+                              store=ObjectStore(self._storage, parse_s3_root(self._root)))
+        else:
+            files = WarcFiles(self._root, subtask, self._builder, self._settings, crawl_fields=self._crawl_fields)
+        self._archiver = PageArchiver(files, self._builder, hold=is_s3_root(self._root))
         group = runtime_context.get_metrics_group().add_group("warc")
         self._counters = {name: group.counter(name) for name in ("captures", "bytes", "published", "frontier_events")}
+        group.gauge("held_captures", lambda: self._archiver.held_captures if self._archiver else 0)
         fetch_group = runtime_context.get_metrics_group().add_group("fetch")
         self._counters.update({status.value: fetch_group.counter(status.value) for status in FetchStatus})
 
     def close(self) -> None:
-        if self._files is not None:
-            self._files.close()
-            self._files = None
+        if self._archiver is not None:
+            self._archiver.close()
+            self._archiver = None
 
     def process_element(self, value: ParsedBundle, ctx: ProcessFunction.Context) -> Iterator[Event]:
-        assert self._files is not None
-        result = value["result"]
-        self._counters.get(result["fetch_status"], self._counters[FetchStatus.ERROR.value]).inc()
-        where = None
-        if is_archived(result):
-            locations = self._files.append(lambda warcinfo_id: capture_records(self._builder, result, warcinfo_id))
-            where = locations[0]
+        assert self._archiver is not None
+        self._counters.get(value["result"]["fetch_status"], self._counters[FetchStatus.ERROR.value]).inc()
+        locations, events = self._archiver.archive(value)
+        if locations:
             self._counters["captures"].inc()
             self._counters["bytes"].inc(sum(loc.length for loc in locations))
-        for event in events_for(value, where):
+        for event in events:
             self._counters["published" if event[0] == TOPIC_PAGES else "frontier_events"].inc()
             yield event

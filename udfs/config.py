@@ -32,6 +32,7 @@ SECTIONS: dict[str, str] = {
     "fetch": "udfs.netguard:FetchPolicy",
     "warc": "udfs.warc:WarcPolicy",
     "job": "udfs.jobconfig:JobPolicy",
+    "storage": "udfs.storage:StoragePolicy",
 }
 
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from udfs.storage import is_s3_root, parse_s3_root
+
 
 @dataclasses.dataclass(frozen=True)
 class JobPolicy:
@@ -18,7 +20,7 @@ class JobPolicy:
     fetch_capacity: int = 256
     # Parallel async fetch subtasks (each is a Python worker process).
     fetch_parallelism: int = 1
-    # Where WARC files go: a local directory (default) or s3://bucket/prefix.
+    # Where WARC files go: a local directory (default) or s3://bucket/prefix (then see [storage]).
     warc_root: str = "out/warc"
     # Kafka consumer group of the job's frontier source.
     group_id: str = "crawler"
@@ -35,3 +37,5 @@ class JobPolicy:
             raise ValueError(f"parallelism {self.parallelism} exceeds max_parallelism {self.max_parallelism}")
         if not self.warc_root:
             raise ValueError("warc_root must name a directory or an s3:// prefix")
+        if is_s3_root(self.warc_root):
+            parse_s3_root(self.warc_root)   # a malformed bucket or prefix fails at start-up, not at the first roll

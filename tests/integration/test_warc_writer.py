@@ -179,6 +179,18 @@ def test_redirect_is_archived_completed_with_its_target_and_discovered_but_not_p
     assert batch["urls"][0]["url"] == "http://site.test/new" and batch["urls"][0]["source"] == "redirect"
 
 
+def test_a_redirect_target_carries_one_more_hop_than_its_source_and_links_carry_none() -> None:
+    first = events_of("redirect")["discovered"][0]["urls"][0]
+    assert first["redirect_hops"] == 1
+    second_source = result("http://site.test/new", status=302, body=b"",
+                           headers=[("Location", "/newer"), ("Content-Length", "0")])
+    second_source["request"]["redirect_hops"] = first["redirect_hops"]
+    (batch,) = [json.loads(v) for t, _, v in events_for(parse_result(second_source), None)
+                if t == TOPIC_FRONTIER and json.loads(v)["type"] == "discovered"]
+    assert batch["urls"][0]["url"] == "http://site.test/newer" and batch["urls"][0]["redirect_hops"] == 2
+    assert all("redirect_hops" not in u for b in events_of("page")["discovered"] for u in b["urls"])
+
+
 @pytest.mark.parametrize("name, fetch_status, http_status", [
     ("missing", "ok", 404), ("busy", "ok", 503), ("dns", "dns_error", None), ("image", "bad_content_type", 200),
 ])

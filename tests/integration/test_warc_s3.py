@@ -1,0 +1,207 @@
+"""WARC files in S3-compatible object storage, against a real server (S3Proxy, filesystem backend):
+files are staged, uploaded whole on roll, and a page's events are released only once the file holding
+its records is in the store; published locations are s3:// URLs that resolve to the response record."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from warcio.archiveiterator import ArchiveIterator
+
+from crawler.s3proxy import S3ProxyServer
+from operators.object_store import ObjectStore, UploadError, make_client
+from operators.parse import ParsedBundle, parse_result
+from operators.warc_writer import Event, PageArchiver, WarcFiles, WarcFileSettings
+from tests.integration.conftest import free_port
+from tests.integration.test_warc_writer import CASES, T0
+from tests.warc_validators import warcio_check
+from udfs.records import TOPIC_PAGES
+from udfs.storage import S3Root, StoragePolicy, parse_s3_root
+from udfs.warc import WarcBuilder
+
+ARCHIVED = [name for name, r in CASES.items() if r["http_status"] is not None and name != "image"]
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3ProxyServer]:
+    """A fresh S3Proxy on a free loopback port, stopped after this module."""
+    server = S3ProxyServer(tmp_path_factory.mktemp("s3proxy"), free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def policy(s3_server: S3ProxyServer) -> StoragePolicy:
+    return StoragePolicy(endpoint_url=s3_server.endpoint_url, region="us-east-1", addressing_style="path",
+                         access_key_id=s3_server.identity, secret_access_key=s3_server.credential, max_attempts=2)
+
+
+@pytest.fixture
+def root(policy: StoragePolicy) -> S3Root:
+    """A new bucket per test, with a prefix, so tests never see each other's files."""
+    bucket = f"warc-{uuid.uuid4().hex[:12]}"
+    make_client(policy).create_bucket(Bucket=bucket)
+    return parse_s3_root(f"s3://{bucket}/archive/run1/")
+
+
+class Archive:
+    """A PageArchiver over an ObjectStore with a hand-driven clock."""
+
+    def __init__(self, policy: StoragePolicy, root: S3Root, staging: Path, max_file_bytes: int = 10**9,
+                 max_file_age_s: float = 10.0) -> None:
+        self.now = T0
+        self.staging = staging
+        self.store = ObjectStore(policy, root)
+        self.files = WarcFiles(str(staging), 2, WarcBuilder(), WarcFileSettings(max_file_bytes, max_file_age_s, fsync=False),
+                               clock=lambda: self.now, store=self.store)
+        self.archiver = PageArchiver(self.files, WarcBuilder(), hold=True)
+
+    def feed(self, bundle: ParsedBundle, at: float | None = None) -> list[Event]:
+        if at is not None:
+            self.now = at
+        return self.archiver.archive(bundle)[1]
+
+
+def pages(events: list[Event]) -> list[dict]:
+    return [json.loads(value) for topic, _, value in events if topic == TOPIC_PAGES]
+
+
+def completed_urls(events: list[Event]) -> list[str]:
+    decoded = [json.loads(value) for topic, _, value in events if topic != TOPIC_PAGES]
+    return [e["url"] for e in decoded if e["type"] == "completion"]
+
+
+def get_range(policy: StoragePolicy, url: str, offset: int, length: int) -> bytes:
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    answer = make_client(policy).get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-{offset + length - 1}")
+    return answer["Body"].read()
+
+
+def get_whole(policy: StoragePolicy, url: str) -> bytes:
+    bucket, _, key = url.removeprefix("s3://").partition("/")
+    return make_client(policy).get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def test_events_of_archived_captures_wait_for_the_upload_and_others_do_not(policy, root, tmp_path) -> None:
+    archive = Archive(policy, root, tmp_path)
+    released: list[Event] = []
+    for i, name in enumerate(CASES):
+        released += archive.feed(parse_result(CASES[name]), at=T0 + i)
+    # Only fetches that archived nothing (DNS failure, refused type) are completed so far.
+    assert sorted(completed_urls(released)) == sorted(CASES[n]["url"] for n in ("dns", "image"))
+    assert archive.archiver.held_captures == len(ARCHIVED)
+    assert make_client(policy).list_objects_v2(Bucket=root.bucket).get("KeyCount") == 0
+
+    later = archive.feed(parse_result(CASES["dns"]), at=T0 + 60)   # age limit passed: roll and upload
+    assert archive.archiver.held_captures == 0
+    assert sorted(completed_urls(later)) == sorted([CASES[n]["url"] for n in ARCHIVED] + [CASES["dns"]["url"]])
+    assert sorted(page["url"] for page in pages(later)) == sorted(CASES[n]["url"] for n in ("page", "gzip-truncated"))
+    assert {page["warc_path"] for page in pages(later)} == {
+        f"s3://{root.bucket}/archive/run1/crawl/2026-11-29/2/00000.warc.gz"}
+
+
+def test_published_location_is_the_response_record_in_the_store(policy, root, tmp_path) -> None:
+    archive = Archive(policy, root, tmp_path, max_file_bytes=1)   # every capture fills its own file
+    (page,) = pages(archive.feed(parse_result(CASES["page"])))
+    member = get_range(policy, page["warc_path"], page["warc_offset"], page["warc_length"])
+    record = next(iter(ArchiveIterator(io.BytesIO(gzip.decompress(member)))))
+    assert record.rec_type == "response"
+    assert record.rec_headers.get_header("WARC-Target-URI") == CASES["page"]["url"]
+    assert record.content_stream().read() == CASES["page"]["body"]
+
+
+def test_size_limit_uploads_at_once_and_each_file_and_index_is_uploaded_then_unstaged(policy, root, tmp_path) -> None:
+    archive = Archive(policy, root, tmp_path, max_file_bytes=1)
+    for i, name in enumerate(ARCHIVED):
+        assert completed_urls(archive.feed(parse_result(CASES[name]), at=T0 + i)) == [CASES[name]["url"]]
+    listed = make_client(policy).list_objects_v2(Bucket=root.bucket)["Contents"]
+    keys = sorted(item["Key"] for item in listed)
+    folder = "archive/run1/crawl/2026-11-29/2"
+    assert keys == sorted(f"{folder}/{n:05d}.{ext}" for n in range(len(ARCHIVED)) for ext in ("cdxj", "warc.gz"))
+    assert not list(tmp_path.rglob("*.warc.gz")) and not list(tmp_path.rglob("*.cdxj"))
+    index = get_whole(policy, f"s3://{root.bucket}/{folder}/00000.cdxj").decode()
+    assert f'"filename": "crawl/2026-11-29/2/00000.warc.gz"' in index.replace('":"', '": "')
+
+
+def test_uploaded_files_pass_warcio_check(policy, root, tmp_path) -> None:
+    archive = Archive(policy, root, tmp_path)
+    for i, name in enumerate(CASES):
+        archive.feed(parse_result(CASES[name]), at=T0 + i)
+    archive.archiver.close()
+    data = get_whole(policy, f"s3://{root.bucket}/archive/run1/crawl/2026-11-29/2/00000.warc.gz")
+    copy = tmp_path / "copy.warc.gz"
+    copy.write_bytes(data)
+    verdict = warcio_check(copy)
+    assert verdict.ok, verdict.output
+
+
+def test_a_new_writer_with_empty_staging_continues_the_store_sequence(policy, root, tmp_path) -> None:
+    first = Archive(policy, root, tmp_path / "a", max_file_bytes=1)
+    (page,) = pages(first.feed(parse_result(CASES["page"])))
+    second = Archive(policy, root, tmp_path / "b", max_file_bytes=1)
+    (again,) = pages(second.feed(parse_result(CASES["page"])))
+    assert page["warc_path"].endswith("/00000.warc.gz") and again["warc_path"].endswith("/00001.warc.gz")
+
+
+def test_failed_upload_fails_the_roll_and_releases_nothing(policy, root, tmp_path) -> None:
+    archive = Archive(policy, root, tmp_path)
+    assert archive.feed(parse_result(CASES["page"])) == []
+    make_client(policy).delete_bucket(Bucket=root.bucket)   # the store goes away while the file is open
+    with pytest.raises(UploadError, match="NoSuchBucket"):
+        archive.feed(parse_result(CASES["dns"]), at=T0 + 60)
+    assert archive.archiver.held_captures == 1
+    assert list(tmp_path.rglob("*.warc.gz")), "the staged file is kept"
+    make_client(policy).create_bucket(Bucket=root.bucket)
+    with pytest.raises(RuntimeError, match="earlier upload failed"):   # never releases the lost file's events
+        archive.feed(parse_result(CASES["page"]), at=T0 + 61)
+
+
+def test_server_side_encryption_is_requested_on_upload(policy, root, tmp_path) -> None:
+    # S3Proxy's filesystem backend refuses SSE with NotImplemented: proof the header is sent, and that a
+    # store unable to honour it fails the upload instead of storing the file unencrypted.
+    encrypted = StoragePolicy(endpoint_url=policy.endpoint_url, region="us-east-1", addressing_style="path",
+                              access_key_id=policy.access_key_id, secret_access_key=policy.secret_access_key,
+                              server_side_encryption="AES256", max_attempts=1)
+    local = tmp_path / "x.bin"
+    local.write_bytes(b"x" * 10)
+    with pytest.raises(UploadError, match="(?i)encryption"):
+        ObjectStore(encrypted, root).upload(local, "x.bin")
+    assert ObjectStore(policy, root).upload(local, "x.bin") == f"s3://{root.bucket}/archive/run1/x.bin"
+
+
+def test_writer_function_on_a_minicluster_publishes_s3_locations(policy, root, tmp_path) -> None:
+    from pyflink.common import Configuration
+    from pyflink.datastream import StreamExecutionEnvironment
+
+    from operators.warc_writer import EVENT_TYPE, WarcWriterFunction
+
+    config = Configuration()
+    config.set_string("python.executable", sys.executable)
+    config.set_string("python.client.executable", sys.executable)
+    config.set_string("python.execution-mode", "process")
+    env = StreamExecutionEnvironment.get_execution_environment(config)
+    env.set_parallelism(1)
+    staged = StoragePolicy(endpoint_url=policy.endpoint_url, region="us-east-1", addressing_style="path",
+                           access_key_id=policy.access_key_id, secret_access_key=policy.secret_access_key,
+                           staging_dir=str(tmp_path), max_file_bytes=1)
+    writer = WarcWriterFunction(f"s3://{root.bucket}/{root.prefix}", storage=staged)
+    bundles = [parse_result(CASES[name]) for name in ("page", "dns", "missing")]
+    collected = env.from_collection(bundles).process(writer, output_type=EVENT_TYPE) \
+        .uid("warc").name("warc").execute_and_collect("warc-s3-test")
+    # A Java byte[] collected back into Python arrives as a list of signed ints.
+    events = [(topic, key, bytes(b & 0xFF for b in value)) for topic, key, value in collected]
+    assert sorted(completed_urls(events)) == sorted(CASES[name]["url"] for name in ("page", "dns", "missing"))
+    (page,) = pages(events)
+    assert page["warc_path"].startswith(f"s3://{root.bucket}/archive/run1/crawl/")
+    member = get_range(policy, page["warc_path"], page["warc_offset"], page["warc_length"])
+    record = next(iter(ArchiveIterator(io.BytesIO(gzip.decompress(member)))))
+    assert record.rec_headers.get_header("WARC-Target-URI") == CASES["page"]["url"]

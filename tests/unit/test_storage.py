@@ -1,0 +1,87 @@
+"""The `[storage]` section and `s3://` WARC roots: what parses, what is refused and why."""
+from __future__ import annotations
+
+import pytest
+
+from udfs.config import ConfigError, load_config
+from udfs.jobconfig import JobPolicy
+from udfs.storage import S3Root, StoragePolicy, is_s3_root, parse_s3_root
+
+
+@pytest.mark.parametrize("root, bucket, prefix", [
+    ("s3://warc", "warc", ""),
+    ("s3://warc/", "warc", ""),
+    ("s3://my.bucket-1/crawl", "my.bucket-1", "crawl"),
+    ("s3://warc/a/b/", "warc", "a/b"),
+])
+def test_s3_roots_parse_to_bucket_and_prefix(root: str, bucket: str, prefix: str) -> None:
+    assert parse_s3_root(root) == S3Root(bucket, prefix)
+
+
+@pytest.mark.parametrize("root, why", [
+    ("s3://", "bucket name"),
+    ("s3://Warc/x", "bucket name"),
+    ("s3://ab", "bucket name"),
+    ("s3://a..b/x", "bucket name"),
+    ("s3://warc/a//b", "segments"),
+    ("s3://warc/a/../b", "segments"),
+    ("/data/warc", "not an s3"),
+])
+def test_malformed_s3_roots_are_refused_with_the_reason(root: str, why: str) -> None:
+    with pytest.raises(ValueError, match=why):
+        parse_s3_root(root)
+
+
+def test_keys_and_urls_sit_under_the_prefix() -> None:
+    assert parse_s3_root("s3://warc/run").url("crawl/d/0/00000.warc.gz") == "s3://warc/run/crawl/d/0/00000.warc.gz"
+    assert parse_s3_root("s3://warc").key("crawl/x") == "crawl/x"
+
+
+def test_local_roots_are_not_s3() -> None:
+    assert not is_s3_root("out/warc") and not is_s3_root("/s3://x") and is_s3_root("s3://warc")
+
+
+def test_job_refuses_a_malformed_s3_warc_root_at_start_up() -> None:
+    assert JobPolicy(warc_root="s3://warc/p").warc_root == "s3://warc/p"
+    with pytest.raises(ValueError, match="bucket name"):
+        JobPolicy(warc_root="s3://Bad_Bucket/p")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"endpoint_url": "127.0.0.1:9000"}, "endpoint_url"),
+    ({"endpoint_url": "http://host/path"}, "endpoint_url"),
+    ({"addressing_style": "dns"}, "addressing_style"),
+    ({"access_key_id": "id"}, "set together"),
+    ({"secret_access_key": "s"}, "set together"),
+    ({"server_side_encryption": "aes256"}, "server_side_encryption"),
+    ({"sse_kms_key_id": "key"}, "sse_kms_key_id"),
+    ({"max_attempts": 0}, "max_attempts"),
+    ({"staging_dir": ""}, "staging_dir"),
+    ({"max_file_bytes": 0}, "max_file_bytes"),
+    ({"max_file_age_s": 0.0}, "max_file_age_s"),
+])
+def test_invalid_storage_values_name_the_field(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        StoragePolicy(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, args", [
+    ({}, {}),
+    ({"server_side_encryption": "AES256"}, {"ServerSideEncryption": "AES256"}),
+    ({"server_side_encryption": "aws:kms", "sse_kms_key_id": "k1"}, {"ServerSideEncryption": "aws:kms",
+                                                                      "SSEKMSKeyId": "k1"}),
+])
+def test_encryption_becomes_put_object_arguments(kwargs: dict, args: dict) -> None:
+    assert StoragePolicy(**kwargs).upload_args() == args
+
+
+def test_storage_section_loads_from_config_and_rejects_unknown_keys() -> None:
+    config = load_config('[storage]\nendpoint_url = "http://127.0.0.1:9000"\nmax_file_age_s = 5\n')
+    assert config.storage.endpoint_url == "http://127.0.0.1:9000" and config.storage.max_file_age_s == 5.0
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config("[storage]\nbucket = \"x\"\n")
+
+
+def test_default_roll_age_leaves_room_for_the_fetch_within_a_lease() -> None:
+    config = load_config()
+    assert config.storage.max_file_age_s + config.fetch.total_timeout_s < config.frontier.lease_timeout_s
