@@ -173,8 +173,13 @@ class KafkaBroker:
 
 
 def _cluster_id() -> str:
-    # Kafka's own format: 16 random bytes, URL-safe base64 without padding (22 characters).
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """Kafka's own format: 16 random bytes, URL-safe base64 without padding (22 characters). Like
+    Kafka's Uuid.randomUuid, never one starting with '-', which the storage tool would read as an
+    option (1 start in 64 failed with "argument --cluster-id/-t: expected one argument")."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def _port_in_use(port: int) -> bool:

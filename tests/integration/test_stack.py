@@ -315,3 +315,10 @@ def test_crawler_up_status_run_down_on_a_real_session_cluster(tmp_path: Path) ->
 
 def _pids(report: str) -> list[int]:
     return sorted(int(p) for p in re.findall(r"\(pid (\d+)\)", report))
+
+
+def test_cluster_ids_never_start_with_a_dash_the_storage_tool_would_read_as_an_option():
+    from crawler.kafka_broker import _cluster_id
+
+    ids = [_cluster_id() for _ in range(5000)]
+    assert all(len(i) == 22 and not i.startswith("-") for i in ids)
