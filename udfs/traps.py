@@ -42,8 +42,9 @@ SESSION_PARAM_NAMES: frozenset[str] = frozenset({
     "sid", "sess", "session", "sessid", "sessionid", "session_id", "jsessionid", "phpsessid",
     "cfid", "cftoken", "oscsid", "zenid", "s_id", "visitorid", "visitid", "token",
 })
-# A session value looks like a random token: long enough and mixing letters and digits.
-_TOKEN_VALUE = re.compile(r"(?=[^&]*\d)(?=[^&]*[A-Za-z])[0-9A-Za-z_\-.~%]{8,}")
+# A session value looks like a random token: long enough and mixing letters and digits, or a long
+# run of digits (numeric session ids; short numbers like `sid=123` stay ordinary ids).
+_TOKEN_VALUE = re.compile(r"(?=[^&]*\d)(?=[^&]*[A-Za-z])[0-9A-Za-z_\-.~%]{8,}|\d{10,}")
 
 _YEAR, _MONTH, _DAY = r"(1[0-9]{3}|2[0-9]{3})", r"(0?[1-9]|1[0-2])", r"(0?[1-9]|[12][0-9]|3[01])"
 # Date-shaped path segments: "2024-01-02", "2024-01", "20240102".

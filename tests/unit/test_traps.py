@@ -209,6 +209,12 @@ def test_summary_is_bounded_in_keys_and_values() -> None:
     assert all(len(hashes) == 2 for _, hashes in summary.entries)
 
 
+def test_long_all_digit_session_values_are_session_ids_and_short_numbers_are_not() -> None:
+    assert session_key("http://a.test/x?sid=740909264830") == session_key("http://a.test/x?sid=d1b2c3d4e5f6")
+    assert session_key("http://a.test/x?sid=740909264830") is not None
+    assert session_key("http://a.test/x?sid=123") is None
+
+
 def test_summary_is_unchanged_by_urls_without_session_parameters() -> None:
     summary = EMPTY_SUMMARY.with_url(H + "/x?sid=abcd1234efgh", DEFAULT_TRAP_POLICY)
     assert summary.with_url(H + "/y?q=1", DEFAULT_TRAP_POLICY) is summary
