@@ -5,7 +5,8 @@ in process on a MiniCluster by tests through `build_pipeline`, which takes its s
 test can run the real graph (ARCHITECTURE.md §1; STYLE.md "whole dataflows testable in process").
 
 Flink 2.x has no iterations, so the loop closes through Kafka: the WARC writer's completions and
-discoveries and the fetcher's robots results go back to `crawl.frontier`, keyed by host.
+discoveries and the fetcher's robots results go back to `crawl.frontier`, keyed by host; `ip_done`
+events (keyed by server address) free the IP gate's slots between the frontier and the fetcher.
 """
 from __future__ import annotations
 
@@ -32,8 +33,10 @@ from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescri
 
 from operators.fetch import fetch_stage
 from operators.frontier import FrontierFunction
+from operators.ip_gate import IpGateFunction
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
+from udfs.ip_gate import releases_of, routing_key
 from udfs.records import (
     TOPIC_FRONTIER,
     TOPIC_PAGES,
@@ -88,8 +91,13 @@ def _rejects_to_status(item: dict[str, Any]) -> list[tuple[str, str, bytes]]:
     return [(TOPIC_STATUS, "rejected", encode(body))]
 
 
-def _valid_events(item: dict[str, Any]) -> list[dict[str, Any]]:
-    return [item["event"]] if item["kind"] == "event" else []
+def _frontier_events(item: dict[str, Any]) -> list[dict[str, Any]]:
+    """Events for the frontier: all valid ones but `ip_done` (the IP gate's; keyed by gate key, not host)."""
+    return [item["event"]] if item["kind"] == "event" and item["event"]["type"] != "ip_done" else []
+
+
+def _gate_releases(item: dict[str, Any]) -> list[dict[str, Any]]:
+    return releases_of(item["event"]) if item["kind"] == "event" else []
 
 
 def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sinks, config: CrawlConfig) -> None:
@@ -105,10 +113,16 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     # flat_map, not filter + map: PyFlink fuses chained Python functions and keeps one uid of them.
     rejects = (decoded.flat_map(_rejects_to_status, output_type=TRIPLE_TYPE)
                .uid("rejects-to-status").name("rejects to status"))
-    frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps)
-    requests = (decoded.flat_map(_valid_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
+    frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch)
+    requests = (decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
                 .key_by(lambda event: event["host"], key_type=Types.STRING())
                 .process(frontier, output_type=EVENT_TYPE).uid("frontier").name("frontier"))
+    # Host names sharing a server share its budget: requests wait at a gate keyed by address until
+    # the ip_done of an earlier fetch on that address frees a slot (udfs/ip_gate.py).
+    releases = decoded.flat_map(_gate_releases, output_type=EVENT_TYPE).uid("gate-releases").name("gate releases")
+    requests = (requests.union(releases)
+                .key_by(routing_key, key_type=Types.STRING())
+                .process(IpGateFunction(config.ipgate), output_type=EVENT_TYPE).uid("ip-gate").name("ip gate"))
 
     set_python_mode(env, "process")
     fetched = fetch_stage(requests, config.fetch, job.fetch_capacity, job.warc_root,

@@ -19,7 +19,9 @@ from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
+from operators.resolver import load_pins
 from udfs import frontier_logic as fl
+from udfs.netguard import FetchPolicy
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.records import FetchRequest, unb64
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
@@ -223,11 +225,15 @@ class FrontierFunction(KeyedProcessFunction):
     def __init__(self, policy: fl.FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
                  robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
-                 traps: TrapPolicy = DEFAULT_TRAP_POLICY) -> None:
+                 traps: TrapPolicy = DEFAULT_TRAP_POLICY, fetch_policy: FetchPolicy | None = None) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
+        self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
         self.frontier: HostFrontier | None = None
+        self.pins: dict[str, str] = {}
 
     def open(self, runtime_context: RuntimeContext) -> None:
+        if self.fetch_policy is not None:
+            self.pins = {name: addresses[0] for name, addresses in load_pins(self.fetch_policy).items() if addresses}
         host_row = runtime_context.get_state(ValueStateDescriptor("frontier_host", Types.STRING()))
         # The robots body is kept as the base64 text it arrived in: byte-array state comes back as a
         # tuple of ints in thread mode, and the text costs nothing to store as received.
@@ -250,11 +256,11 @@ class FrontierFunction(KeyedProcessFunction):
         effects = self.frontier.on_timer(ctx.get_current_key(), timestamp, max(now_ms, timestamp) / 1000.0)
         yield from self._emit(effects, ctx)
 
-    @staticmethod
-    def _emit(effects: Effects, ctx: KeyedProcessFunction.Context):
+    def _emit(self, effects: Effects, ctx: KeyedProcessFunction.Context):
         timers = ctx.timer_service()
         if effects.timer_delete_ms:
             timers.delete_processing_time_timer(effects.timer_delete_ms)
         if effects.timer_register_ms:
             timers.register_processing_time_timer(effects.timer_register_ms)
-        yield from effects.requests
+        for request in effects.requests:
+            yield fl.pin_ip(request, self.pins)

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
 from udfs.fetch_status import is_complete_page
+from udfs.ip_gate import gate_key
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, FetchResult, RobotsResult, b64, encode
 from udfs.simhash import simhash
@@ -70,7 +71,7 @@ def robots_event(result: FetchResult, max_bytes: int) -> RobotsResult:
         v=SCHEMA_VERSION, type="robots", host=request["host"], lease_id=request["lease_id"],
         fetch_status=result["fetch_status"], http_status=result["http_status"],
         fetched_at=result["done_at"], fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3),
-        body_b64=b64(result["body"][:max_bytes]),
+        body_b64=b64(result["body"][:max_bytes]), ip=result.get("ip"), gate_key=gate_key(dict(request)),
     )
 
 

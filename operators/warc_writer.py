@@ -33,6 +33,7 @@ from pyflink.datastream.functions import ProcessFunction, RuntimeContext
 from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, retry_after_seconds
+from udfs.ip_gate import ip_done_event
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_PAGES, Completion, DiscoveredBatch, FetchResult,
                           FetchStatus, ParsedPage, UrlEntry, encode)
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
@@ -262,6 +263,7 @@ def completion_event(bundle: ParsedBundle) -> Completion:
         etag=header_value(headers, "etag"), last_modified=header_value(headers, "last-modified"),
         redirect=redirect_target(result.get("url") or request["url"], status, headers),
         retry_after=retry_after_seconds(headers, result["done_at"]) if status in (429, 503) else None,
+        ip=result.get("ip"),
     )
 
 
@@ -325,6 +327,12 @@ def events_for(bundle: ParsedBundle, where: Location | None) -> list[Event]:
     completion = completion_event(bundle)
     events.append((TOPIC_FRONTIER, completion["host"], encode(dict(completion))))
     return events
+
+
+def ip_done_output(result: FetchResult) -> Event:
+    """The `ip_done` event that frees the fetch's IP gate slot, keyed by its gate key (udfs.ip_gate)."""
+    event = ip_done_event(dict(result["request"]), SCHEMA_VERSION, result.get("fetch_status"))
+    return TOPIC_FRONTIER, event["gate_key"], encode(event)
 
 
 class PageArchiver:
@@ -424,3 +432,5 @@ class WarcWriterFunction(ProcessFunction):
         for event in events:
             self._counters["published" if event[0] == TOPIC_PAGES else "frontier_events"].inc()
             yield event
+        # The fetch is over whatever waits for an upload: its server's IP gate slot is free now.
+        yield ip_done_output(value["result"])

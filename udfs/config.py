@@ -33,6 +33,7 @@ SECTIONS: dict[str, str] = {
     "warc": "udfs.warc:WarcPolicy",
     "job": "udfs.jobconfig:JobPolicy",
     "storage": "udfs.storage:StoragePolicy",
+    "ipgate": "udfs.ip_gate:IpGatePolicy",
 }
 
 
@@ -190,12 +191,22 @@ def _robots_max_bytes(doc: dict[str, Any]) -> int:
     return doc.get("robots", {}).get("max_bytes") or section_class("robots")().max_bytes
 
 
+def _gate_max_wait(doc: dict[str, Any]) -> float:
+    lease = doc.get("frontier", {}).get("lease_timeout_s", section_class("frontier")().lease_timeout_s)
+    total = doc.get("fetch", {}).get("total_timeout_s", section_class("fetch")().total_timeout_s)
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lease, total)):
+        return section_class("ipgate")().max_wait_s  # the mistyped key is reported by its own section
+    return importlib.import_module("udfs.ip_gate").max_wait_for(float(lease), float(total))
+
+
 # Values with one home elsewhere: unless a deployment sets them explicitly, they follow their source,
 # so changing `fetch.user_agent` also changes which robots.txt group applies (RFC 9309 §2.2.1).
 DERIVED: dict[tuple[str, str], Any] = {
     ("frontier", "robots_agent"): _user_agent,
     ("extract", "user_agent_token"): lambda doc: _product_token(_user_agent(doc)).lower(),
     ("fetch", "robots_max_bytes"): _robots_max_bytes,
+    # a request released at the IP gate must be able to finish before its frontier lease expires
+    ("ipgate", "max_wait_s"): _gate_max_wait,
 }
 
 

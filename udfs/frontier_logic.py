@@ -26,6 +26,7 @@ Nothing here reads a clock: `now` is always a parameter (epoch seconds).
 from __future__ import annotations
 
 import enum
+import ipaddress
 import json
 import math
 from dataclasses import dataclass, field, replace
@@ -217,6 +218,7 @@ class HostState:
     trap_summary: HostTrapSummary = EMPTY_SUMMARY  # the session-id rule's memory, bounded by TrapPolicy
     growth_since: float = 0.0  # start of the current growth window
     growth_urls: int = 0       # URL-table rows added since growth_since
+    ip: str | None = None      # the server address of the host's last fetch (the IP gate's key; None: unknown)
 
     @property
     def queued(self) -> int:
@@ -234,7 +236,7 @@ class HostState:
             "lease_seq": self.lease_seq, "queues": [list(q) for q in self.queues],
             "url_count": self.url_count, "timer_ms": self.timer_ms,
             "traps": [[key, list(hashes)] for key, hashes in self.trap_summary.entries],
-            "growth": [self.growth_since, self.growth_urls],
+            "growth": [self.growth_since, self.growth_urls], "ip": self.ip,
         }, separators=(",", ":"))
 
     @staticmethod
@@ -258,7 +260,7 @@ class HostState:
             lease_seq=data["lease_seq"], queues=tuple((h, t) for h, t in data["queues"]),
             url_count=data["url_count"], timer_ms=data["timer_ms"],
             trap_summary=HostTrapSummary(tuple((key, tuple(hashes)) for key, hashes in data.get("traps", ()))),
-            growth_since=growth_since, growth_urls=growth_urls,
+            growth_since=growth_since, growth_urls=growth_urls, ip=data.get("ip"),
         )
 
 
@@ -458,6 +460,8 @@ def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
     lease = Lease(f"{host}/{seq}", kind, now + policy.lease_timeout_s, item)
     request: FetchRequest = {"host": host, "url": item.url, "fp": item.fp, "kind": kind,  # type: ignore[typeddict-item]
                              "lease_id": lease.lease_id, "depth": item.depth, "attempt": item.attempt + 1}
+    if state.ip is not None:
+        request["ip"] = state.ip  # the IP gate's key (udfs.ip_gate); absent reads as unknown
     if kind == "page":
         request["etag"] = item.etag
         request["last_modified"] = item.last_modified
@@ -529,6 +533,31 @@ def _number(value: Any) -> float | None:
     return None
 
 
+def learned_ip(state: HostState, event: dict[str, Any]) -> str | None:
+    """The host's address after a fetch outcome: the event's `ip` when it names a valid address, else
+    the one known before (ARCHITECTURE.md §2 invariant 1, the per-IP limit; udfs.ip_gate)."""
+    ip = event.get("ip")
+    if isinstance(ip, str) and len(ip) <= 64:
+        try:
+            return str(ipaddress.ip_address(ip))
+        except ValueError:
+            pass
+    return state.ip
+
+
+def pin_ip(request: FetchRequest, pins: dict[str, str]) -> FetchRequest:
+    """Put the host's statically pinned address (host map, which the fetcher's resolver obeys first) into
+    the request's `ip`, over any learned one; `pins` maps a host name to its first pinned address."""
+    if not pins:
+        return request
+    host = request["host"]
+    name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host  # host_key carries a non-default port
+    pinned = pins.get(name)
+    if pinned is not None:
+        request["ip"] = pinned
+    return request
+
+
 def on_completion(state: HostState, event: dict[str, Any], now: float,
                   policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
                   politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
@@ -550,7 +579,8 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
     health = classify_health(fetch_status if isinstance(fetch_status, str) else FetchStatus.ERROR.value,
                              http_status if isinstance(http_status, int) else None, retry_after)
     fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
-    state = _paced(replace(state, lease=None), health, fetch_s, retry_after, now, politeness)
+    state = _paced(replace(state, lease=None, ip=learned_ip(state, event)), health, fetch_s, retry_after, now,
+                   politeness)
     if health in _RETRY_HEALTH:
         return _retry_or_park(state, lease.item, now, policy)
     moved = _redirect_status(fetch_status, http_status, event.get("redirect"))
@@ -630,7 +660,7 @@ def on_robots(state: HostState, event: dict[str, Any], rules: RulesLike | None, 
     if verdict is None:  # 304: the stored rules stand, if there are any
         verdict = state.robots if state.robots in (Robots.PARSED, Robots.ALLOW_ALL) else Robots.UNREACHABLE
     fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
-    state = replace(state, lease=None)
+    state = replace(state, lease=None, ip=learned_ip(state, event))
     if verdict is Robots.UNREACHABLE:
         delay = None if row.retry else row.ttl_s
         state = _robots_failed(state, now, delay, policy, robots_policy)

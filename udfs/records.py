@@ -5,7 +5,8 @@ version `v`, so a new release can read what an old one wrote (ARCHITECTURE.md §
 below document the fields; `encode`/`decode` are the one place that turns them into topic bytes.
 
 Topics
-- `crawl.frontier` (key = host_key): `DiscoveredBatch`, `Completion`, `RobotsResult` events.
+- `crawl.frontier` (key = host_key): `DiscoveredBatch`, `Completion`, `RobotsResult` events; and
+  `IpDone` (key = the IP gate key), which the job routes to the IP gate instead of the frontier.
 - `pages.parsed`   (key = url_fp as decimal text): `ParsedPage`.
 Between operators: `FetchRequest` (frontier → fetcher), `FetchResult` (fetcher → parse / WARC).
 """
@@ -81,6 +82,7 @@ class Completion(TypedDict):
     last_modified: str | None
     redirect: str | None        # normalised Location target for 3xx
     retry_after: float | None   # seconds, from Retry-After on 429/503
+    ip: NotRequired[str | None]  # the server address fetched from; the frontier remembers it for the IP gate
 
 
 class RobotsResult(TypedDict):
@@ -95,6 +97,20 @@ class RobotsResult(TypedDict):
     fetched_at: float
     fetch_ms: float
     body_b64: str               # robots.txt body (capped by RobotsPolicy), base64
+    ip: NotRequired[str | None]  # the server address fetched from
+    gate_key: NotRequired[str]  # the IP gate key of the request; the job frees that gate slot from it
+
+
+class IpDone(TypedDict):
+    """The end of one fetch for the IP gate (udfs.ip_gate): frees the slot of `lease_id` on `gate_key`.
+    Sent on crawl.frontier with key = gate_key; the job routes it to the gate, never to the frontier."""
+
+    v: int
+    type: Literal["ip_done"]
+    host: str
+    gate_key: str
+    lease_id: str
+    abandoned: NotRequired[bool]   # the crawler cut the fetch short: the gate keeps the address busy a little
 
 
 class FetchRequest(TypedDict):
@@ -108,6 +124,7 @@ class FetchRequest(TypedDict):
     etag: NotRequired[str | None]
     last_modified: NotRequired[str | None]
     redirect_hops: NotRequired[int]   # pages only: redirects followed to reach `url` (UrlEntry.redirect_hops)
+    ip: NotRequired[str | None]   # the host's pinned or last known address (None: unknown); the IP gate's key
 
 
 class FetchResult(TypedDict):
@@ -152,7 +169,7 @@ class ContractError(ValueError):
     """A record on a topic does not match its contract; the message says which field and why."""
 
 
-_FRONTIER_TYPES = {"discovered", "completion", "robots"}
+_FRONTIER_TYPES = {"discovered", "completion", "robots", "ip_done"}
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -178,6 +195,8 @@ def decode_frontier_event(raw: bytes | str) -> dict[str, Any]:
         raise ContractError("event has no host")
     if kind == "discovered" and not isinstance(event.get("urls"), list):
         raise ContractError("discovered event has no urls list")
+    if kind == "ip_done" and not (isinstance(event.get("gate_key"), str) and isinstance(event.get("lease_id"), str)):
+        raise ContractError("ip_done event needs a gate_key and a lease_id")
     return event
 
 
