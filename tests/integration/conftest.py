@@ -3,7 +3,6 @@ free loopback ports) and the Flink Kafka connector jar. Jars must have been fetc
 (`crawler install`), so these fixtures work without network."""
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,13 +10,9 @@ import pytest
 
 from crawler import maven
 from crawler.kafka_broker import KafkaBroker
+from tests.integration.harness import free_port
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now (the kernel's pick)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

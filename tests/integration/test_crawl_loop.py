@@ -6,18 +6,15 @@ from __future__ import annotations
 import gzip
 import io
 import json
-import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
-from pyflink.datastream import StreamExecutionEnvironment
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler import kafka_io
-from crawler.crawl import records_since, seed_events
-from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
+from crawler.crawl import records_since
+from tests.integration.harness import start_crawl_job
 from tests.synthweb import SyntheticWebProcess, audit_politeness, build_web, load_log
 from tests.warc_validators import assert_all_accept
 from udfs.config import load_config
@@ -48,23 +45,17 @@ def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory:
         f"politeness.default_delay_s={DEFAULT_DELAY_S}", f"politeness.min_delay_s={DEFAULT_DELAY_S}",
         "frontier.lease_timeout_s=20.0", "job.bundle_time_ms=50",
     ])
-    env = StreamExecutionEnvironment.get_execution_environment()
-    configure_env(env, config, sys.executable)
-    env.add_jars(flink_connector_jar.as_uri())
-    start_ms = int(time.time() * 1000)
-    build_pipeline(env, kafka_source(kafka_bootstrap, config.job.group_id, start_ms), kafka_sinks(kafka_bootstrap),
-                   config)
-    client = env.execute_async("crawl-loop-test")
     pages: list[dict] = []
     try:
-        events, _ = seed_events(web.seeds.read_text().split())
-        kafka_io.produce(kafka_bootstrap, TOPIC_FRONTIER, events)
-        deadline = time.monotonic() + DEADLINE_S
-        while time.monotonic() < deadline and len(pages) < WANT_PAGES:
-            time.sleep(3)
-            pages = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_PAGES, start_ms)]
+        client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "crawl-loop-test", web.seeds)
+        try:
+            deadline = time.monotonic() + DEADLINE_S
+            while time.monotonic() < deadline and len(pages) < WANT_PAGES:
+                time.sleep(3)
+                pages = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_PAGES, start_ms)]
+        finally:
+            client.cancel().result()
     finally:
-        client.cancel().result()
         web.stop()
     frontier = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_FRONTIER, start_ms)]
     yield {"config": config, "pages": pages, "frontier": frontier, "log": load_log(web.log_path),

@@ -9,22 +9,16 @@ MiniCluster's REST API on loopback). The job is cancelled when the test ends.
 """
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import queue
-import socket
-import sys
-import sysconfig
-import threading
 import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 
-from tests.paths import ROOT
-from udfs.records import b64, decode_frontier_event, encode
+from tests.integration.harness import FolderFeed, collected, free_port, next_output, thread_mode_env
+from tests.integration.harness import assert_quiet as quiet
+from udfs.records import b64, decode_frontier_event
 
 pytestmark = pytest.mark.integration
 
@@ -34,73 +28,27 @@ LEASE_S = 3.0
 BACKOFF_S = 1.0
 
 
-class FolderFeed:
-    """Events for the job: each write is one new file, renamed into place so it is read whole."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.seq = folder, itertools.count()
-
-    def send(self, *events: dict) -> None:
-        n = next(self.seq)
-        tmp = self.folder / f".{n}.tmp"
-        tmp.write_bytes(b"".join(encode(e) + b"\n" for e in events))
-        tmp.rename(self.folder / f"{n:05d}.jsonl")
-
-
 @pytest.fixture(scope="module")
 def frontier_job(tmp_path_factory):
-    from pyflink.common import Configuration, Duration, Types, WatermarkStrategy
-    from pyflink.datastream import StreamExecutionEnvironment
-    from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
+    from pyflink.common import Types
 
     from operators.frontier import FrontierFunction
     from udfs.frontier_logic import FrontierPolicy
     from udfs.politeness import PolitenessPolicy
 
-    folder = tmp_path_factory.mktemp("frontier-events")
+    feed = FolderFeed(tmp_path_factory.mktemp("frontier-events"))
     rest_port = free_port()
-    config = Configuration()
-    config.set_string("python.executable", sys.executable)
-    config.set_string("python.client.executable", sys.executable)
-    config.set_string("python.execution-mode", "thread")
-    # the thread-mode operator runs in an interpreter embedded in the JVM (pemja) that starts from the base
-    # Python, not the virtualenv: it finds pyflink and our modules only through python.pythonpath
-    config.set_string("python.pythonpath", os.pathsep.join([sysconfig.get_paths()["purelib"], str(ROOT)]))
     # the MiniCluster's REST API on loopback, so the test can read the operator's counters
-    config.set_string("rest.bind-address", "127.0.0.1")
-    config.set_string("rest.port", str(rest_port))
-    config.set_string("metrics.fetcher.update-interval", "300")
-    env = StreamExecutionEnvironment.get_execution_environment(config)
-    env.set_parallelism(1)
-    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(folder)) \
-        .monitor_continuously(Duration.of_millis(100)).build()
-    events = env.from_source(source, WatermarkStrategy.no_watermarks(), "frontier-events").uid("events") \
-        .map(decode_frontier_event).uid("decode").name("decode")
+    env = thread_mode_env({"rest.bind-address": "127.0.0.1", "rest.port": str(rest_port),
+                           "metrics.fetcher.update-interval": "300"})
+    events = feed.source(env).map(decode_frontier_event).uid("decode").name("decode")
     frontier = FrontierFunction(
         FrontierPolicy(lease_timeout_s=LEASE_S),
         PolitenessPolicy(default_delay_s=DELAY_S, min_delay_s=0.1, backoff_initial_s=BACKOFF_S))
     requests = events.key_by(lambda e: e["host"], key_type=Types.STRING()) \
         .process(frontier).uid("frontier").name("frontier")
-
-    results: queue.Queue = queue.Queue()
-    iterator = requests.execute_and_collect("frontier-test")
-
-    def pump() -> None:
-        try:
-            for request in iterator:
-                results.put((time.monotonic(), request))
-        except Exception as exc:  # noqa: BLE001 - surfaced to the test through the queue
-            results.put((time.monotonic(), exc))
-
-    threading.Thread(target=pump, daemon=True).start()
-    yield FolderFeed(folder), results, f"http://127.0.0.1:{rest_port}"
-    iterator.close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    with collected(requests, "frontier-test") as results:
+        yield feed, results, f"http://127.0.0.1:{rest_port}"
 
 
 def frontier_counters(rest: str) -> dict[str, int]:
@@ -119,18 +67,11 @@ def frontier_counters(rest: str) -> dict[str, int]:
 
 
 def next_request(results: queue.Queue, timeout: float = 30.0) -> tuple[float, dict]:
-    at, item = results.get(timeout=timeout)
-    if isinstance(item, Exception):
-        raise item
-    return at, item
+    return next_output(results, timeout)
 
 
 def assert_quiet(results: queue.Queue, seconds: float) -> None:
-    try:
-        at, item = results.get(timeout=seconds)
-    except queue.Empty:
-        return
-    pytest.fail(f"unexpected output while a lease was in flight or robots.txt unknown: {item!r}")
+    quiet(results, seconds, "a lease was in flight or robots.txt unknown")
 
 
 def discovered(*paths: str) -> dict:

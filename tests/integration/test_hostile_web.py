@@ -11,7 +11,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -22,11 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from pyflink.common.job_status import JobStatus
-from pyflink.datastream import StreamExecutionEnvironment
 
-from crawler import kafka_io
-from crawler.crawl import records_since, seed_events
-from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
+from crawler.crawl import records_since
+from tests.integration.harness import start_crawl_job
 from tests.synthweb import (Behaviour, RobotsVariant, SyntheticWebProcess, WebPolicy, audit_politeness, build_web,
                             load_log)
 from tests.synthweb.audit import ip_concurrency
@@ -133,16 +130,9 @@ def _crawl(server: SyntheticWebProcess, listener: ConnectionCounter | None, bait
         "politeness.backoff_initial_s=1.0", "politeness.backoff_max_s=8.0",
         "frontier.lease_timeout_s=15.0",
     ])
-    env = StreamExecutionEnvironment.get_execution_environment()
-    configure_env(env, config, sys.executable)
-    env.add_jars(flink_connector_jar.as_uri())
-    start_ms = int(time.time() * 1000)
-    build_pipeline(env, kafka_source(kafka_bootstrap, config.job.group_id, start_ms), kafka_sinks(kafka_bootstrap),
-                   config)
-    client = env.execute_async("hostile-web-test")
+    client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "hostile-web-test",
+                                       server.seeds)
     try:
-        events, _ = seed_events(server.seeds.read_text().split())
-        kafka_io.produce(kafka_bootstrap, TOPIC_FRONTIER, events)
         started = time.monotonic()
         time.sleep(RUN_S)
         ended = time.monotonic()

@@ -8,20 +8,14 @@ events into the folder and reads what the gate releases.
 """
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import queue
-import sys
-import sysconfig
-import threading
-import time
-from pathlib import Path
 
 import pytest
 
 from operators.warc_writer import ip_done_output
-from tests.paths import ROOT
+from tests.integration.harness import FolderFeed, collected, next_output, thread_mode_env
+from tests.integration.harness import assert_quiet as quiet
 
 pytestmark = pytest.mark.integration
 
@@ -29,53 +23,20 @@ SHARED, OTHER = "127.0.0.7", "127.0.0.8"
 LEASE_S = 2.0
 
 
-class FolderFeed:
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.seq = folder, itertools.count()
-
-    def send(self, *items: dict) -> None:
-        n = next(self.seq)
-        tmp = self.folder / f".{n}.tmp"
-        tmp.write_text("".join(json.dumps(i) + "\n" for i in items))
-        tmp.rename(self.folder / f"{n:05d}.jsonl")
-
-
 @pytest.fixture(scope="module")
 def gate_job(tmp_path_factory):
-    from pyflink.common import Configuration, Duration, Types, WatermarkStrategy
-    from pyflink.datastream import StreamExecutionEnvironment
-    from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
+    from pyflink.common import Types
 
     from operators.ip_gate import IpGateFunction
     from udfs.ip_gate import IpGatePolicy, routing_key
 
-    folder = tmp_path_factory.mktemp("gate-events")
-    config = Configuration()
-    config.set_string("python.executable", sys.executable)
-    config.set_string("python.client.executable", sys.executable)
-    config.set_string("python.execution-mode", "thread")
-    config.set_string("python.pythonpath", os.pathsep.join([sysconfig.get_paths()["purelib"], str(ROOT)]))
-    env = StreamExecutionEnvironment.get_execution_environment(config)
-    env.set_parallelism(1)
-    source = FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(folder)) \
-        .monitor_continuously(Duration.of_millis(100)).build()
-    released = (env.from_source(source, WatermarkStrategy.no_watermarks(), "gate-events").uid("events")
-                .map(json.loads).uid("decode").name("decode")
+    feed = FolderFeed(tmp_path_factory.mktemp("gate-events"))
+    env = thread_mode_env()
+    released = (feed.source(env).map(json.loads).uid("decode").name("decode")
                 .key_by(routing_key, key_type=Types.STRING())
                 .process(IpGateFunction(IpGatePolicy(lease_timeout_s=LEASE_S))).uid("ip-gate").name("ip gate"))
-    results: queue.Queue = queue.Queue()
-    iterator = released.execute_and_collect("ip-gate-test")
-
-    def pump() -> None:
-        try:
-            for request in iterator:
-                results.put((time.monotonic(), request))
-        except Exception as exc:  # noqa: BLE001 - surfaced to the test through the queue
-            results.put((time.monotonic(), exc))
-
-    threading.Thread(target=pump, daemon=True).start()
-    yield FolderFeed(folder), results
-    iterator.close()
+    with collected(released, "ip-gate-test") as results:
+        yield feed, results
 
 
 def request(host: str, ip: str, seq: int = 1) -> dict:
@@ -88,18 +49,12 @@ def ip_done(req: dict) -> dict:
 
 
 def next_host(results: queue.Queue, timeout: float = 30.0) -> tuple[float, str]:
-    at, item = results.get(timeout=timeout)
-    if isinstance(item, Exception):
-        raise item
+    at, item = next_output(results, timeout)
     return at, item["host"]
 
 
 def assert_quiet(results: queue.Queue, seconds: float) -> None:
-    try:
-        _, item = results.get(timeout=seconds)
-    except queue.Empty:
-        return
-    pytest.fail(f"released while its address was busy: {item!r}")
+    quiet(results, seconds, "released while its address was busy")
 
 
 def test_hosts_sharing_an_address_take_turns_and_a_lost_ip_done_expires(gate_job):

@@ -23,7 +23,7 @@ from crawler.flink_cluster import FlinkCluster, flink_bin, render_conf
 from crawler.kafka_broker import MAX_MESSAGE_BYTES, KafkaBroker
 from crawler.kafka_io import TopicSpec
 from crawler.stack import DEFAULT_STATE_DIR, StackConfig
-from tests.integration.conftest import free_port
+from tests.integration.harness import free_port
 from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_PAGES
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from crawler.s3proxy import S3ProxyServer
 from operators.object_store import ObjectStore, UploadError, make_client
 from operators.parse import ParsedBundle, parse_result
 from operators.warc_writer import Event, PageArchiver, WarcFiles, WarcFileSettings
-from tests.integration.conftest import free_port
+from tests.integration.harness import free_port
 from tests.integration.test_warc_writer import CASES, T0
 from tests.warc_validators import warcio_check
 from udfs.records import TOPIC_PAGES

@@ -1,0 +1,122 @@
+"""What the integration tests share to run real Flink jobs in process: a folder-fed unbounded source
+for operator tests, a background collector of an operator's output, and the whole crawl job started on
+a MiniCluster against the session's Kafka broker."""
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyflink.common import Configuration, Duration, WatermarkStrategy
+from pyflink.datastream import DataStream, StreamExecutionEnvironment
+from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
+
+from crawler import kafka_io
+from crawler.crawl import seed_events
+from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source, python_worker_settings
+from udfs.config import CrawlConfig
+from udfs.records import TOPIC_FRONTIER
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now on loopback (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class FolderFeed:
+    """Events for a job: each send is one new file of JSON lines, renamed into place so it is read whole.
+    A continuously monitored folder is an unbounded source: timers fire, unlike with a bounded one."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.seq = folder, itertools.count()
+
+    def send(self, *events: dict[str, Any]) -> None:
+        n = next(self.seq)
+        tmp = self.folder / f".{n}.tmp"
+        tmp.write_text("".join(json.dumps(e) + "\n" for e in events))
+        tmp.rename(self.folder / f"{n:05d}.jsonl")
+
+    def source(self, env: StreamExecutionEnvironment) -> DataStream:
+        """The folder's lines as a stream (uid "events")."""
+        files = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(self.folder))
+                 .monitor_continuously(Duration.of_millis(100)).build())
+        return env.from_source(files, WatermarkStrategy.no_watermarks(), "events").uid("events")
+
+
+def thread_mode_env(settings: dict[str, str] | None = None) -> StreamExecutionEnvironment:
+    """A MiniCluster environment for thread-mode operators (python settings as the job uses them)."""
+    config = Configuration()
+    for key, value in {**python_worker_settings(sys.executable), "python.execution-mode": "thread",
+                       **(settings or {})}.items():
+        config.set_string(key, value)
+    env = StreamExecutionEnvironment.get_execution_environment(config)
+    env.set_parallelism(1)
+    return env
+
+
+@contextmanager
+def collected(stream: DataStream, job_name: str) -> Iterator[queue.Queue]:
+    """Run the job and put each output record, with its arrival time, on a queue (errors too)."""
+    results: queue.Queue = queue.Queue()
+    iterator = stream.execute_and_collect(job_name)
+
+    def pump() -> None:
+        try:
+            for record in iterator:
+                results.put((time.monotonic(), record))
+        except Exception as exc:  # noqa: BLE001 - surfaced to the test through the queue
+            results.put((time.monotonic(), exc))
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        yield results
+    finally:
+        iterator.close()
+
+
+def next_output(results: queue.Queue, timeout: float = 30.0) -> tuple[float, Any]:
+    """The next (arrival time, record); re-raises an error of the job."""
+    at, item = results.get(timeout=timeout)
+    if isinstance(item, Exception):
+        raise item
+    return at, item
+
+
+def assert_quiet(results: queue.Queue, seconds: float, why: str) -> None:
+    """Fail if the job emits anything within `seconds`; `why` says why nothing was expected."""
+    try:
+        _, item = results.get(timeout=seconds)
+    except queue.Empty:
+        return
+    pytest.fail(f"unexpected output ({why}): {item!r}")
+
+
+def start_crawl_job(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Path, name: str,
+                    seeds_file: Path) -> tuple[Any, int]:
+    """The real crawl graph on a MiniCluster, reading crawl.frontier from now on, fed the seeds.
+    Returns the JobClient (cancel it) and the start time in ms (collect topics from it)."""
+    env = StreamExecutionEnvironment.get_execution_environment()
+    configure_env(env, config, sys.executable)
+    env.add_jars(connector_jar.as_uri())
+    start_ms = int(time.time() * 1000)
+    build_pipeline(env, kafka_source(kafka_bootstrap, config.job.group_id, start_ms), kafka_sinks(kafka_bootstrap),
+                   config)
+    client = env.execute_async(name)
+    try:
+        events, _ = seed_events(seeds_file.read_text().split())
+        kafka_io.produce(kafka_bootstrap, TOPIC_FRONTIER, events)
+    except BaseException:
+        client.cancel().result()
+        raise
+    return client, start_ms
