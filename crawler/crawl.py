@@ -13,13 +13,11 @@ import re
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from crawler import kafka_io
 from crawler.paths import CACHE, ROOT
@@ -117,31 +115,7 @@ def stop_with_savepoint(stack: Stack, job_id: str, savepoints: Path) -> str | No
 
 def records_since(bootstrap: str, topic: str, since_ms: int, timeout_s: float = 30.0) -> list[tuple[bytes | None, bytes]]:
     """Every record of `topic` written at or after `since_ms` (broker time), read to the current end."""
-    partitions = kafka_io.list_topics(bootstrap).get(topic, 0)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"crawler-collect-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True,
-                         "fetch.message.max.bytes": 16 * 1024 * 1024})
-    try:
-        starts = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in range(partitions)],
-                                            timeout=timeout_s)
-        live = [tp for tp in starts if tp.offset >= 0]  # -1: nothing at or after since_ms
-        consumer.assign(live)
-        out: list[tuple[bytes | None, bytes]] = []
-        done: set[int] = set()
-        deadline = time.monotonic() + timeout_s
-        while live and len(done) < len(live) and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    done.add(msg.partition())
-                    continue
-                raise RuntimeError(f"reading {topic}: {msg.error()}")
-            out.append((msg.key(), msg.value()))
-        return out
-    finally:
-        consumer.close()
+    return kafka_io.consume(bootstrap, topic, since_ms=since_ms, timeout_s=timeout_s)
 
 
 def summarize(pages: list[dict[str, Any]], frontier: list[dict[str, Any]], elapsed_s: float,
@@ -170,40 +144,22 @@ def summarize(pages: list[dict[str, Any]], frontier: list[dict[str, Any]], elaps
 
 def frontier_metrics(stack: Stack, job_id: str) -> dict[str, float]:
     """The frontier operator's counters from the REST API (summed over subtasks); {} when unavailable."""
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    base = stack.flink.rest_url
-    try:
-        with opener.open(f"{base}/jobs/{job_id}", timeout=5) as resp:
-            vertices = json.loads(resp.read())["vertices"]
-        found: dict[str, float] = {}
-        for vertex in vertices:
-            if "frontier" not in vertex["name"].lower():
-                continue
-            with opener.open(f"{base}/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics", timeout=5) as resp:
-                names = [m["id"] for m in json.loads(resp.read()) if ".frontier." in m["id"]]
-            if not names:
-                continue
-            query = ",".join(names)
-            with opener.open(f"{base}/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics?get={query}&agg=sum",
-                             timeout=5) as resp:
-                for metric in json.loads(resp.read()):
-                    found[metric["id"].rsplit(".", 1)[-1]] = float(metric.get("sum", 0))
-        return found
-    except (OSError, ValueError, KeyError):
-        return {}
+    job = stack.flink.rest(f"/jobs/{job_id}") or {}
+    found: dict[str, float] = {}
+    for vertex in job.get("vertices", []):
+        if "frontier" not in vertex["name"].lower():
+            continue
+        base = f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics"
+        names = [m["id"] for m in stack.flink.rest(base) or [] if ".frontier." in m["id"]]
+        if names:
+            for metric in stack.flink.rest(f"{base}?get={','.join(names)}&agg=sum") or []:
+                found[metric["id"].rsplit(".", 1)[-1]] = float(metric.get("sum", 0))
+    return found
 
 
 def job_state(stack: Stack, job_id: str) -> str:
-    import urllib.request
-
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(f"{stack.flink.rest_url}/jobs/{job_id}", timeout=5) as resp:
-            return json.loads(resp.read()).get("state", "UNKNOWN")
-    except (OSError, ValueError):
-        return "UNREACHABLE"
+    """RUNNING, FINISHED, ... as the REST API reports it; UNREACHABLE when it does not answer."""
+    return (stack.flink.rest(f"/jobs/{job_id}") or {}).get("state", "UNREACHABLE")
 
 
 def run(spec: RunSpec, stack: Stack, progress: Callable[[str], None] = print) -> dict[str, Any]:

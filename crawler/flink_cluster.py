@@ -27,6 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from crawler import maven
 from crawler.daemon import Daemon
@@ -208,8 +209,12 @@ class FlinkCluster:
 
     def overview(self, timeout_s: float = 5.0) -> dict[str, object] | None:
         """The REST API's /overview (taskmanagers, slots, jobs running...), or None if nothing answers."""
+        return self.rest("/overview", timeout_s)
+
+    def rest(self, path: str, timeout_s: float = 5.0) -> Any:
+        """GET `path` on the REST API as JSON, or None if nothing answers (or not with JSON)."""
         try:
-            with _NO_PROXY.open(f"{self.rest_url}/overview", timeout=timeout_s) as resp:
+            with _NO_PROXY.open(f"{self.rest_url}{path}", timeout=timeout_s) as resp:
                 return json.loads(resp.read())
         except (urllib.error.URLError, OSError, ValueError):
             return None

@@ -80,12 +80,13 @@ def produce(bootstrap: str, topic: str, records: Iterable[tuple[Key, bytes]], *,
 
 
 def consume(bootstrap: str, topic: str, *, from_beginning: bool = True, max_records: int | None = None,
-            timeout_s: float = 10.0) -> list[Record]:
+            timeout_s: float = 10.0, since_ms: int | None = None) -> list[Record]:
     """Read `(key, value)` records from every partition of `topic` without joining a consumer group.
 
     Reads from the earliest offsets (or only records produced after the call when `from_beginning` is
-    False) and returns after `max_records` records or `timeout_s` seconds, whichever comes first; with
-    `max_records=None` it returns as soon as every partition has been read to its current end.
+    False, or those written at or after `since_ms`, broker time, when it is given) and returns after
+    `max_records` records or `timeout_s` seconds, whichever comes first; with `max_records=None` it
+    returns as soon as every partition has been read to its current end.
     """
     partitions = list_topics(bootstrap, timeout_s=timeout_s).get(topic)
     if partitions is None:
@@ -99,7 +100,12 @@ def consume(bootstrap: str, topic: str, *, from_beginning: bool = True, max_reco
         "fetch.message.max.bytes": _MAX_REQUEST_BYTES,
     })
     start = -2 if from_beginning else -1  # OFFSET_BEGINNING / OFFSET_END
-    consumer.assign([TopicPartition(topic, p, start) for p in range(partitions)])
+    assignment = [TopicPartition(topic, p, start) for p in range(partitions)]
+    if since_ms is not None:
+        # offsets_for_times answers -1 (OFFSET_END) for a partition with nothing at or after since_ms
+        assignment = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in range(partitions)],
+                                                timeout=timeout_s)
+    consumer.assign(assignment)
     out: list[Record] = []
     at_end: set[int] = set()
     deadline = time.monotonic() + timeout_s
