@@ -14,6 +14,8 @@ from collections.abc import Sequence
 COMMAND_MODULES: tuple[str, ...] = (
     "crawler.stack",  # install, up, down, status
     "crawler.crawl",  # crawl, demo, config
+    "crawler.control",  # seed, host, host-status, pause, resume, takedown, api
+    "crawler.consumers",  # corpus, index, search
 )
 
 

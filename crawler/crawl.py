@@ -23,8 +23,8 @@ from crawler import kafka_io
 from crawler.paths import CACHE, ROOT
 from crawler.stack import Stack, StackConfig
 from udfs.config import ConfigError, load_config
-from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_PAGES, encode
-from udfs.urls import host_key, normalize_url, url_fp
+from udfs.control import check_seeds, seed_batches
+from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES, encode
 
 JOB_FILE = ROOT / "jobs" / "crawl.py"
 _JOB_ID = re.compile(r"JobID ([0-9a-f]{32})")
@@ -45,18 +45,11 @@ class RunSpec:
 
 
 def seed_events(urls: Iterable[str]) -> tuple[list[tuple[str, bytes]], list[str]]:
-    """Seeds → one `discovered` event per host (key = host); also the lines that were not fetchable URLs."""
-    by_host: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    rejected: list[str] = []
-    for line in urls:
-        url = normalize_url(line.strip())
-        if url is None:
-            rejected.append(line.strip())
-            continue
-        by_host[host_key(url)].append({"url": url, "fp": url_fp(url), "depth": 0, "priority": 0, "source": "seed"})
-    events = [(host, encode({"v": SCHEMA_VERSION, "type": "discovered", "host": host, "urls": entries}))
-              for host, entries in by_host.items()]
-    return events, rejected
+    """Seeds → `discovered` events per host (udfs.control.seed_batches; key = host); also the lines that
+    were not fetchable URLs."""
+    valid, invalid = check_seeds(urls)
+    batches = seed_batches(valid, priority=0, now=time.time()) if valid else []
+    return [(host, encode(batch)) for host, batch in batches], [seed.url for seed in invalid]
 
 
 def read_seed_file(path: Path) -> list[str]:

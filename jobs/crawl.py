@@ -7,6 +7,7 @@ test can run the real graph (ARCHITECTURE.md §1; STYLE.md "whole dataflows test
 Flink 2.x has no iterations, so the loop closes through Kafka: the WARC writer's completions and
 discoveries and the fetcher's robots results go back to `crawl.frontier`, keyed by host; `ip_done`
 events (keyed by server address) free the IP gate's slots between the frontier and the fetcher.
+Operator commands on `crawl.control` are validated and broadcast to every frontier subtask.
 """
 from __future__ import annotations
 
@@ -32,12 +33,14 @@ from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescriptor
 
 from operators.fetch import fetch_stage
-from operators.frontier import FrontierFunction
+from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
 from operators.ip_gate import IpGateFunction
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
+from udfs.control import parse_control
 from udfs.ip_gate import releases_of, routing_key
 from udfs.records import (
+    TOPIC_CONTROL,
     TOPIC_FRONTIER,
     TOPIC_PAGES,
     TOPIC_STATUS,
@@ -52,9 +55,11 @@ EVENT_TYPE = Types.PICKLED_BYTE_ARRAY()
 
 @dataclasses.dataclass(frozen=True)
 class Sources:
-    """Builds the stream of raw `crawl.frontier` values (JSON text)."""
+    """Builds the streams of raw `crawl.frontier` and `crawl.control` values (JSON text); without a
+    control source the job runs with no operator control (tests of the loop alone)."""
 
     frontier: Callable[[StreamExecutionEnvironment], DataStream]
+    control: Callable[[StreamExecutionEnvironment], DataStream] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,24 +76,43 @@ def set_python_mode(env: StreamExecutionEnvironment, mode: str) -> None:
 
 
 class DecodeEvents(FlatMapFunction):
-    """Raw topic values → event dicts; a malformed value becomes a `crawl.status` reject, never a crash."""
+    """Raw crawl.frontier values → event dicts; a malformed value becomes a `crawl.status` reject, never a crash."""
+
+    topic, reject_type, metric = TOPIC_FRONTIER, "rejected_event", "events_rejected"
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self.rejected = runtime_context.get_metrics_group().add_group("frontier").counter("events_rejected")
+        self.rejected = runtime_context.get_metrics_group().add_group("frontier").counter(self.metric)
+
+    def decode(self, value: str) -> dict[str, Any]:
+        return decode_frontier_event(value)
 
     def flat_map(self, value: str) -> Iterator[dict[str, Any]]:
         try:
-            yield {"kind": "event", "event": decode_frontier_event(value)}
+            yield {"kind": "event", "event": self.decode(value)}
         except ContractError as exc:
             self.rejected.inc()
-            yield {"kind": "reject", "reason": str(exc), "raw": value[:1000]}
+            yield {"kind": "reject", "reason": str(exc), "raw": value[:1000], "topic": self.topic,
+                   "type": self.reject_type}
+
+
+class DecodeControls(DecodeEvents):
+    """Raw crawl.control values → validated control records (udfs.control); a bad command is a reject."""
+
+    topic, reject_type, metric = TOPIC_CONTROL, "rejected_command", "controls_rejected"
+
+    def decode(self, value: str) -> dict[str, Any]:
+        return parse_control(value).to_record()
 
 
 def _rejects_to_status(item: dict[str, Any]) -> list[tuple[str, str, bytes]]:
     if item["kind"] != "reject":
         return []
-    body = {"v": 1, "type": "rejected_event", "topic": TOPIC_FRONTIER, "reason": item["reason"], "raw": item["raw"]}
+    body = {"v": 1, "type": item["type"], "topic": item["topic"], "reason": item["reason"], "raw": item["raw"]}
     return [(TOPIC_STATUS, "rejected", encode(body))]
+
+
+def _valid_events(item: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item["event"]] if item["kind"] == "event" else []
 
 
 def _frontier_events(item: dict[str, Any]) -> list[dict[str, Any]]:
@@ -113,10 +137,17 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     # flat_map, not filter + map: PyFlink fuses chained Python functions and keeps one uid of them.
     rejects = (decoded.flat_map(_rejects_to_status, output_type=TRIPLE_TYPE)
                .uid("rejects-to-status").name("rejects to status"))
-    frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch)
-    requests = (decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
-                .key_by(lambda event: event["host"], key_type=Types.STRING())
-                .process(frontier, output_type=EVENT_TYPE).uid("frontier").name("frontier"))
+    controls = control_stream(env, sources)
+    rejects = rejects.union(controls.flat_map(_rejects_to_status, output_type=TRIPLE_TYPE)
+                            .uid("control-rejects-to-status").name("control rejects to status"))
+    valid_controls = (controls.flat_map(_valid_events, output_type=EVENT_TYPE)
+                      .uid("valid-controls").name("valid controls"))
+    frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch,
+                                config.bloom)
+    requests = attach_frontier(
+        decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
+        .key_by(lambda event: event["host"], key_type=Types.STRING()),
+        broadcast_controls(valid_controls), frontier, EVENT_TYPE)
     # Host names sharing a server share its budget: requests wait at a gate keyed by address until
     # the ip_done of an earlier fetch on that address frees a slot (udfs/ip_gate.py).
     releases = decoded.flat_map(_gate_releases, output_type=EVENT_TYPE).uid("gate-releases").name("gate releases")
@@ -133,26 +164,35 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     sinks.emit(env, fetched.union(rejects))
 
 
+def control_stream(env: StreamExecutionEnvironment, sources: Sources) -> DataStream:
+    """Decoded crawl.control items (valid records and rejects); an empty stream without a control source."""
+    raw = (sources.control(env) if sources.control is not None
+           else env.from_collection([], type_info=Types.STRING()).uid("no-controls").name("no controls"))
+    return raw.flat_map(DecodeControls(), output_type=EVENT_TYPE).uid("decode-controls").name("decode controls")
+
+
 def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None) -> Sources:
-    """`crawl.frontier` from Kafka. A fresh job starts at `start_ms` (records produced from then on)
-    or else at the group's committed offsets, else the earliest record; a job restored from a
-    savepoint or checkpoint resumes at the offsets stored in it, whatever these say."""
+    """`crawl.frontier` and `crawl.control` from Kafka. A fresh job starts at `start_ms` (records
+    produced from then on) or else at the group's committed offsets, else the earliest record; a job
+    restored from a savepoint or checkpoint resumes at the offsets stored in it, whatever these say
+    (so commands sent while the job was stopped apply when it comes back)."""
 
-    def build(env: StreamExecutionEnvironment) -> DataStream:
-        start = (KafkaOffsetsInitializer.timestamp(start_ms) if start_ms is not None
-                 else KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
-        source = (KafkaSource.builder()
-                  .set_bootstrap_servers(bootstrap)
-                  .set_topics(TOPIC_FRONTIER)
-                  .set_group_id(group_id)
-                  .set_starting_offsets(start)
-                  .set_value_only_deserializer(SimpleStringSchema())
-                  .set_property("partition.discovery.interval.ms", "10000")
-                  .build())
-        return (env.from_source(source, WatermarkStrategy.no_watermarks(), "crawl.frontier")
-                .uid("frontier-source"))
+    def reader(topic: str, uid: str) -> Callable[[StreamExecutionEnvironment], DataStream]:
+        def build(env: StreamExecutionEnvironment) -> DataStream:
+            start = (KafkaOffsetsInitializer.timestamp(start_ms) if start_ms is not None
+                     else KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
+            source = (KafkaSource.builder()
+                      .set_bootstrap_servers(bootstrap)
+                      .set_topics(topic)
+                      .set_group_id(group_id)
+                      .set_starting_offsets(start)
+                      .set_value_only_deserializer(SimpleStringSchema())
+                      .set_property("partition.discovery.interval.ms", "10000")
+                      .build())
+            return env.from_source(source, WatermarkStrategy.no_watermarks(), topic).uid(uid)
+        return build
 
-    return Sources(frontier=build)
+    return Sources(frontier=reader(TOPIC_FRONTIER, "frontier-source"), control=reader(TOPIC_CONTROL, "control-source"))
 
 
 # What the job writes. `crawl.control` is read by the job (operator commands), never written.

@@ -1,4 +1,4 @@
-"""The frontier: one KeyedProcessFunction keyed by host (udfs.urls.host_key) that turns decoded
+"""The frontier: one KeyedBroadcastProcessFunction keyed by host (udfs.urls.host_key) that turns decoded
 `crawl.frontier` events into `FetchRequest` dicts, one lease per host at a time.
 
 Every decision is made in `udfs.frontier_logic`; this module only moves rows between Flink state and
@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import random
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from pyflink.common import Types
-from pyflink.datastream import KeyedProcessFunction, RuntimeContext
+from pyflink.datastream import BroadcastStream, DataStream, KeyedStream, RuntimeContext
+from pyflink.datastream.functions import KeyedBroadcastProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from operators.resolver import load_pins
 from udfs import frontier_logic as fl
+from udfs.bloom import DEFAULT_BLOOM_POLICY, BloomPolicy, SeenFilter
+from udfs.control_state import ControlTable, HostControls
 from udfs.netguard import FetchPolicy
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.records import FetchRequest, unb64
@@ -31,7 +35,8 @@ from udfs.urls import host_key, url_fp
 # Counters under the metric group `frontier` (Scrapy-style stats: every drop and deny counted).
 METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "released", "robots_leased", "robots_fetched", "robots_failed", "leases_expired", "parked",
-    "requeued", "completions_stale", "events_malformed", "hosts_fast_growing",
+    "requeued", "completions_stale", "events_malformed", "hosts_fast_growing", "controls_applied",
+    "bloom_reads_skipped", "bloom_false_positives", "bloom_hosts_loaded",
     fl.UrlStatus.MOVED_PERMANENTLY.value, fl.UrlStatus.REDIRECTED.value,
 )
 _REDIRECTS = (fl.UrlStatus.MOVED_PERMANENTLY, fl.UrlStatus.REDIRECTED)
@@ -50,6 +55,8 @@ class MapLike(Protocol):
 
     def remove(self, key: int) -> None: ...
 
+    def keys(self) -> Any: ...
+
 
 @dataclasses.dataclass(frozen=True)
 class Effects:
@@ -62,7 +69,14 @@ class HostFrontier:
     """Applies one event or timer for one host to its state; returns what to emit and which timer to set.
 
     The parsed-robots cache is transient (rebuilt from the stored body on a miss), bounded, and keyed
-    by the rules' expiry so a refreshed robots.txt is never judged by the old parse.
+    by the rules' expiry so a refreshed robots.txt is never judged by the old parse. `controls` is the
+    operators' table (udfs.control_state): a halted host leases nothing, an operator rate limit replaces
+    the default delay (never a robots.txt Crawl-delay), takedowns are neither admitted nor released.
+
+    `seen` (udfs.bloom) answers "certainly unseen" for most new URLs without a URL-table read. It is
+    transient: each run of the operator has its own `epoch`, and a host's URL keys are added to the
+    filter the first time the host admits URLs in that run (its row remembers the epoch), so after a
+    restore or rescale the filter is rebuilt from state host by host and never misses a known URL.
     """
 
     def __init__(self, host_row: ValueLike, robots_body: ValueLike, slots: MapLike, urls: MapLike,
@@ -70,8 +84,11 @@ class HostFrontier:
                  policy: fl.FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
                  robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY, rules_cache_size: int = 1024,
-                 traps: TrapPolicy = DEFAULT_TRAP_POLICY) -> None:
+                 traps: TrapPolicy = DEFAULT_TRAP_POLICY, controls: ControlTable | None = None,
+                 seen: SeenFilter | None = None, epoch: int = 1) -> None:
         self.host_row, self.robots_body, self.slots, self.urls = host_row, robots_body, slots, urls
+        self.controls = controls if controls is not None else ControlTable()
+        self.seen, self.epoch = seen, epoch
         self.count, self.parse_rules = count, parse_rules
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self._rules: OrderedDict[str, tuple[float, fl.RulesLike]] = OrderedDict()
@@ -79,34 +96,49 @@ class HostFrontier:
 
     def on_event(self, host: str, event: dict[str, Any], now: float) -> Effects:
         state = fl.HostState.from_row(self.host_row.value())
+        controls = self.controls.for_host(host)
         kind = event.get("type") if isinstance(event, dict) else None
         if kind == "discovered" and isinstance(event.get("urls"), list):
-            state = self._admit_all(host, state, event["urls"], now)
+            state = self._admit_all(host, state, event["urls"], now, controls)
         elif kind == "completion":
-            state, outcome = fl.on_completion(state, event, now, self.policy, self.politeness)
+            state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls))
             state = self._apply(state, outcome)
         elif kind == "robots":
-            state = self._robots_result(host, state, event, now)
+            state = self._robots_result(host, state, event, now, controls)
         else:
             self.count("events_malformed")
-        return self._release(host, state, now)
+        return self._release(host, state, now, controls)
 
     def on_timer(self, host: str, timer_ms: int, now: float) -> Effects:
         state = fl.HostState.from_row(self.host_row.value())
         if state.timer_ms == timer_ms:  # the registered timer has fired; a stale one leaves it in place
             state = dataclasses.replace(state, timer_ms=0)
-        state, outcome = fl.expire_lease(state, now, self.policy, self.politeness, self.robots_policy)
+        controls = self.controls.for_host(host)
+        state, outcome = fl.expire_lease(state, now, self.policy, self._politeness_for(controls), self.robots_policy)
         if outcome.matched:
             self.count("leases_expired")
             state = self._apply(state, outcome)
-        return self._release(host, state, now)
+        return self._release(host, state, now, controls)
 
-    def _admit_all(self, host: str, state: fl.HostState, entries: list[Any], now: float) -> fl.HostState:
+    def _politeness_for(self, controls: HostControls) -> PolitenessPolicy:
+        """The host's pacing: an operator rate limit sets its default gap (1/rate) and ceiling; a
+        robots.txt Crawl-delay, the minimum gap and backoff still apply (udfs.politeness.fetch_gap)."""
+        rate = controls.rate_limit_rps
+        if rate is None:
+            return self.politeness
+        return _with_rate(self.politeness, rate)
+
+    def _admit_all(self, host: str, state: fl.HostState, entries: list[Any], now: float,
+                   controls: HostControls) -> fl.HostState:
         rules = self._rules_for(host, state)
+        state = self._load_seen(state)
         for raw in entries:
             item = fl.coerce_entry(raw, host, host_key)
             if isinstance(item, fl.Verdict):
                 self.count(item.value)
+                continue
+            if controls.taken_down or self.controls.url_taken_down(item.url):
+                self.count(fl.Verdict.TAKEN_DOWN.value)
                 continue
             source = fl.source_of(raw)
             dropped = fl.screen(state, item, source, now, self.traps, self.policy)
@@ -114,8 +146,7 @@ class HostFrontier:
                 self.count(dropped)
                 continue
             key = fl.signed_fp(item.fp)
-            row = self.urls.get(key)
-            record = None if row is None else fl.UrlRecord.from_row(row)
+            record = self._record_of(key, item.fp)
             state, admission = fl.admit(state, item, record, rules, now, self.policy, source, self.traps)
             self.count(admission.verdict.value)
             if admission.fast_growing:
@@ -123,15 +154,40 @@ class HostFrontier:
             if admission.verdict is fl.Verdict.ADMITTED:
                 self.slots.put(admission.slot, admission.item.to_row())
                 self.urls.put(key, admission.record.to_row())
+                if self.seen is not None:
+                    self.seen.add(item.fp)
         return state
 
-    def _robots_result(self, host: str, state: fl.HostState, event: dict[str, Any], now: float) -> fl.HostState:
+    def _load_seen(self, state: fl.HostState) -> fl.HostState:
+        """Add the host's known URLs to this run's filter once (after a start, restore or rescale)."""
+        if self.seen is None or state.bloom_epoch == self.epoch:
+            return state
+        for key in self.urls.keys():
+            self.seen.add(key)
+        self.count("bloom_hosts_loaded")
+        return dataclasses.replace(state, bloom_epoch=self.epoch)
+
+    def _record_of(self, key: int, fp: int) -> fl.UrlRecord | None:
+        """The URL's record; a "certainly unseen" answer from the filter saves the state read."""
+        if self.seen is not None and not self.seen.might_contain(fp):
+            self.count("bloom_reads_skipped")
+            return None
+        row = self.urls.get(key)
+        if row is None:
+            if self.seen is not None:
+                self.count("bloom_false_positives")
+            return None
+        return fl.UrlRecord.from_row(row)
+
+    def _robots_result(self, host: str, state: fl.HostState, event: dict[str, Any], now: float,
+                       controls: HostControls) -> fl.HostState:
         rules = None
         leased = state.lease is not None and state.lease.lease_id == event.get("lease_id")
         verdict, _ = fl.robots_outcome(event.get("fetch_status"), event.get("http_status"), self.robots_policy)
         if leased and verdict is fl.Robots.PARSED:
             rules = self.parse_rules(_body(event.get("body_b64")))
-        state, outcome = fl.on_robots(state, event, rules, now, self.policy, self.politeness, self.robots_policy)
+        state, outcome = fl.on_robots(state, event, rules, now, self.policy, self._politeness_for(controls),
+                                      self.robots_policy)
         if not outcome.matched:
             self.count("completions_stale")
             return state
@@ -158,10 +214,10 @@ class HostFrontier:
             self.count("parked")
         return state
 
-    def _release(self, host: str, state: fl.HostState, now: float) -> Effects:
+    def _release(self, host: str, state: fl.HostState, now: float, controls: HostControls) -> Effects:
         requests: list[FetchRequest] = []
         pops = 0
-        while True:
+        while not controls.halted:
             step = fl.plan(state, now).step
             if step is fl.Step.FETCH_ROBOTS:
                 state, request = fl.lease_robots(state, host, url_fp(fl.robots_url(host, state)), now, self.policy)
@@ -175,6 +231,10 @@ class HostFrontier:
                     continue
                 self.slots.remove(slot)
                 item = fl.QueueItem.from_row(row)
+                if self.controls.url_taken_down(item.url):
+                    self.count(fl.Verdict.TAKEN_DOWN.value)
+                    self.urls.put(fl.signed_fp(item.fp), fl.UrlRecord(fl.UrlStatus.TAKEN_DOWN, now).to_row())
+                    continue
                 state, request, verdict = fl.lease_page(state, item, self._rules_for(host, state), host, now,
                                                         self.policy)
                 if request is None:
@@ -186,6 +246,8 @@ class HostFrontier:
             else:
                 break
         wake = fl.wake_ms(state, now)
+        if controls.halted and state.lease is None and state.queued:
+            wake = fl.timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
         old = state.timer_ms
         state = dataclasses.replace(state, timer_ms=wake)
         self.host_row.update(state.to_row())
@@ -210,6 +272,11 @@ class HostFrontier:
             self._rules.popitem(last=False)
 
 
+@functools.lru_cache(maxsize=256)
+def _with_rate(politeness: PolitenessPolicy, rate_limit_rps: float) -> PolitenessPolicy:
+    return dataclasses.replace(politeness, default_delay_s=1.0 / rate_limit_rps, rate_limit_per_s=rate_limit_rps)
+
+
 def _body(body_b64: Any) -> bytes:
     if not isinstance(body_b64, str):
         return b""
@@ -219,17 +286,37 @@ def _body(body_b64: Any) -> bytes:
         return b""
 
 
-class FrontierFunction(KeyedProcessFunction):
-    """The keyed frontier (key = host_key): decoded crawl.frontier event dicts in, FetchRequest dicts out."""
+# The operators' controls (udfs.control_state rows), the same on every frontier subtask.
+CONTROL_STATE = MapStateDescriptor("crawl_controls", Types.STRING(), Types.STRING())
+
+
+def broadcast_controls(controls: DataStream) -> BroadcastStream:
+    """Validated control records (udfs.control ... to_record() dicts) as the frontier's broadcast input."""
+    return controls.broadcast(CONTROL_STATE)
+
+
+def attach_frontier(events: KeyedStream, controls: BroadcastStream, frontier: "FrontierFunction",
+                    output_type: Any = None) -> DataStream:
+    """The frontier operator (uid "frontier") on host-keyed events, with the control stream broadcast in."""
+    return events.connect(controls).process(frontier, output_type=output_type).uid("frontier").name("frontier")
+
+
+class FrontierFunction(KeyedBroadcastProcessFunction):
+    """The keyed frontier (key = host_key): decoded crawl.frontier event dicts in, FetchRequest dicts out;
+    control records on the broadcast side (udfs.control_state), applied on every subtask."""
 
     def __init__(self, policy: fl.FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
                  robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
-                 traps: TrapPolicy = DEFAULT_TRAP_POLICY, fetch_policy: FetchPolicy | None = None) -> None:
+                 traps: TrapPolicy = DEFAULT_TRAP_POLICY, fetch_policy: FetchPolicy | None = None,
+                 bloom: BloomPolicy = DEFAULT_BLOOM_POLICY) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
+        self.bloom = bloom
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
         self.frontier: HostFrontier | None = None
         self.pins: dict[str, str] = {}
+        self.controls = ControlTable()
+        self._controls_loaded = False
 
     def open(self, runtime_context: RuntimeContext) -> None:
         if self.fetch_policy is not None:
@@ -242,21 +329,44 @@ class FrontierFunction(KeyedProcessFunction):
         urls = runtime_context.get_map_state(MapStateDescriptor("frontier_urls", Types.LONG(), Types.STRING()))
         group = runtime_context.get_metrics_group().add_group("frontier")
         counters = {name: group.counter(name) for name in METRICS}
-        self.frontier = HostFrontier(host_row, robots_body, slots, urls, lambda name: counters[name].inc(),
+        self.count = lambda name: counters[name].inc()
+        self.controls, self._controls_loaded = ControlTable(), False
+        seen = SeenFilter(self.bloom) if self.bloom.enabled else None
+        if seen is not None:
+            group.gauge("bloom_fill_ratio_ppm", lambda: int(seen.fill_ratio * 1_000_000))
+        self.frontier = HostFrontier(host_row, robots_body, slots, urls, self.count,
                                      functools.partial(parse_robots, policy=self.robots_policy),
-                                     self.policy, self.politeness, self.robots_policy, traps=self.traps)
+                                     self.policy, self.politeness, self.robots_policy, traps=self.traps,
+                                     controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1)
 
-    def process_element(self, value: dict[str, Any], ctx: KeyedProcessFunction.Context):
+    def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
+        self._load_controls(ctx)
         now_ms = ctx.timer_service().current_processing_time()
         effects = self.frontier.on_event(ctx.get_current_key(), value, now_ms / 1000.0)
         yield from self._emit(effects, ctx)
 
-    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+    def process_broadcast_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.Context):
+        self._load_controls(ctx)
+        state = ctx.get_broadcast_state(CONTROL_STATE)
+        for key, row in self.controls.rows_for(value):
+            state.put(key, row)
+            self.controls.apply_row(key, row)
+        self.count("controls_applied")
+        return iter(())
+
+    def on_timer(self, timestamp: int, ctx: KeyedBroadcastProcessFunction.OnTimerContext):
+        self._load_controls(ctx)
         now_ms = ctx.timer_service().current_processing_time()
         effects = self.frontier.on_timer(ctx.get_current_key(), timestamp, max(now_ms, timestamp) / 1000.0)
         yield from self._emit(effects, ctx)
 
-    def _emit(self, effects: Effects, ctx: KeyedProcessFunction.Context):
+    def _load_controls(self, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext) -> None:
+        """After a (re)start the Python table is empty; the broadcast state holds what was in force."""
+        if not self._controls_loaded:
+            self.controls.load(ctx.get_broadcast_state(CONTROL_STATE).items())
+            self._controls_loaded = True
+
+    def _emit(self, effects: Effects, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         timers = ctx.timer_service()
         if effects.timer_delete_ms:
             timers.delete_processing_time_timer(effects.timer_delete_ms)

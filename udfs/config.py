@@ -34,6 +34,7 @@ SECTIONS: dict[str, str] = {
     "job": "udfs.jobconfig:JobPolicy",
     "storage": "udfs.storage:StoragePolicy",
     "ipgate": "udfs.ip_gate:IpGatePolicy",
+    "bloom": "udfs.bloom:BloomPolicy",
 }
 
 

@@ -68,6 +68,8 @@ class FrontierPolicy:
     fast_growth_urls: new URL-table rows per window above which a host is counted once per window
         as `hosts_fast_growing` (1,000).
     fast_growth_window_s: that window, in seconds (1 h).
+    control_poll_s: a host halted by an operator (blocked, paused) with URLs queued looks again this
+        often, so an unblock or resume takes effect within it (5 s).
     """
 
     robots_agent: str = DEFAULT_USER_AGENT
@@ -81,6 +83,7 @@ class FrontierPolicy:
     max_redirect_hops: int = 5
     fast_growth_urls: int = 1_000
     fast_growth_window_s: float = 3_600.0
+    control_poll_s: float = 5.0
 
     def __post_init__(self) -> None:
         if not self.robots_agent.strip():
@@ -90,7 +93,8 @@ class FrontierPolicy:
                 raise ValueError(f"frontier.{name} must be at least 1, got {getattr(self, name)!r}")
         if self.max_redirect_hops < 0:
             raise ValueError(f"frontier.max_redirect_hops must be at least 0, got {self.max_redirect_hops!r}")
-        for name in ("lease_timeout_s", "robots_retry_max_s", "recrawl_after_s", "fast_growth_window_s"):
+        for name in ("lease_timeout_s", "robots_retry_max_s", "recrawl_after_s", "fast_growth_window_s",
+                     "control_poll_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"frontier.{name} must be a finite number > 0, got {value!r}")
@@ -128,6 +132,7 @@ class Verdict(str, enum.Enum):
     WRONG_HOST = "dropped_wrong_host"
     REDIRECT_LOOP = "dropped_redirect_loop"    # a redirect target already seen this cycle
     REDIRECT_CHAIN = "dropped_redirect_chain"  # a redirect target more than max_redirect_hops along
+    TAKEN_DOWN = "dropped_taken_down"          # under an operator takedown (crawl.control)
 
 
 # One counter per trap rule's reason (udfs.traps.REASONS), e.g. `dropped_trap_calendar_out_of_window`.
@@ -164,6 +169,7 @@ class UrlStatus(str, enum.Enum):
     DISALLOWED = "disallowed"  # robots.txt said no at release time
     MOVED_PERMANENTLY = "moved_permanently"  # answered 301/308: its target replaces it; not refetched this cycle
     REDIRECTED = "redirected"  # answered 302/303/307: still the canonical URL, refetched next cycle
+    TAKEN_DOWN = "taken_down"  # an operator takedown (crawl.control): never queued or fetched again
 
 
 @dataclass(frozen=True)
@@ -219,6 +225,7 @@ class HostState:
     growth_since: float = 0.0  # start of the current growth window
     growth_urls: int = 0       # URL-table rows added since growth_since
     ip: str | None = None      # the server address of the host's last fetch (the IP gate's key; None: unknown)
+    bloom_epoch: int = 0       # the frontier run whose seen-URL filter holds this host's URLs (0 = none)
 
     @property
     def queued(self) -> int:
@@ -236,7 +243,7 @@ class HostState:
             "lease_seq": self.lease_seq, "queues": [list(q) for q in self.queues],
             "url_count": self.url_count, "timer_ms": self.timer_ms,
             "traps": [[key, list(hashes)] for key, hashes in self.trap_summary.entries],
-            "growth": [self.growth_since, self.growth_urls], "ip": self.ip,
+            "growth": [self.growth_since, self.growth_urls], "ip": self.ip, "bloom_epoch": self.bloom_epoch,
         }, separators=(",", ":"))
 
     @staticmethod
@@ -261,6 +268,7 @@ class HostState:
             url_count=data["url_count"], timer_ms=data["timer_ms"],
             trap_summary=HostTrapSummary(tuple((key, tuple(hashes)) for key, hashes in data.get("traps", ()))),
             growth_since=growth_since, growth_urls=growth_urls, ip=data.get("ip"),
+            bloom_epoch=data.get("bloom_epoch", 0),
         )
 
 

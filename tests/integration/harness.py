@@ -47,11 +47,11 @@ class FolderFeed:
         tmp.write_text("".join(json.dumps(e) + "\n" for e in events))
         tmp.rename(self.folder / f"{n:05d}.jsonl")
 
-    def source(self, env: StreamExecutionEnvironment) -> DataStream:
-        """The folder's lines as a stream (uid "events")."""
+    def source(self, env: StreamExecutionEnvironment, uid: str = "events") -> DataStream:
+        """The folder's lines as a stream (named and uid'd `uid`)."""
         files = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), str(self.folder))
                  .monitor_continuously(Duration.of_millis(100)).build())
-        return env.from_source(files, WatermarkStrategy.no_watermarks(), "events").uid("events")
+        return env.from_source(files, WatermarkStrategy.no_watermarks(), uid).uid(uid)
 
 
 def thread_mode_env(settings: dict[str, str] | None = None) -> StreamExecutionEnvironment:

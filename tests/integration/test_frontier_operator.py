@@ -13,12 +13,16 @@ import json
 import queue
 import time
 import urllib.request
+import uuid
+from typing import NamedTuple
 
 import pytest
 
 from tests.integration.harness import FolderFeed, collected, free_port, next_output, thread_mode_env
 from tests.integration.harness import assert_quiet as quiet
+from udfs.control import parse_control
 from udfs.records import b64, decode_frontier_event
+from udfs.urls import url_fp
 
 pytestmark = pytest.mark.integration
 
@@ -28,27 +32,37 @@ LEASE_S = 3.0
 BACKOFF_S = 1.0
 
 
+class Job(NamedTuple):
+    feed: FolderFeed
+    results: queue.Queue
+    rest: str
+    controls: FolderFeed
+
+
 @pytest.fixture(scope="module")
 def frontier_job(tmp_path_factory):
     from pyflink.common import Types
 
-    from operators.frontier import FrontierFunction
+    from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
     from udfs.frontier_logic import FrontierPolicy
     from udfs.politeness import PolitenessPolicy
 
     feed = FolderFeed(tmp_path_factory.mktemp("frontier-events"))
+    control_feed = FolderFeed(tmp_path_factory.mktemp("frontier-controls"))
     rest_port = free_port()
     # the MiniCluster's REST API on loopback, so the test can read the operator's counters
     env = thread_mode_env({"rest.bind-address": "127.0.0.1", "rest.port": str(rest_port),
                            "metrics.fetcher.update-interval": "300"})
     events = feed.source(env).map(decode_frontier_event).uid("decode").name("decode")
+    controls = (control_feed.source(env, uid="controls").map(lambda raw: parse_control(raw).to_record())
+                .uid("decode-controls").name("decode controls"))
     frontier = FrontierFunction(
         FrontierPolicy(lease_timeout_s=LEASE_S),
         PolitenessPolicy(default_delay_s=DELAY_S, min_delay_s=0.1, backoff_initial_s=BACKOFF_S))
-    requests = events.key_by(lambda e: e["host"], key_type=Types.STRING()) \
-        .process(frontier).uid("frontier").name("frontier")
+    requests = attach_frontier(events.key_by(lambda e: e["host"], key_type=Types.STRING()),
+                               broadcast_controls(controls), frontier)
     with collected(requests, "frontier-test") as results:
-        yield feed, results, f"http://127.0.0.1:{rest_port}"
+        yield Job(feed, results, f"http://127.0.0.1:{rest_port}", control_feed)
 
 
 def frontier_counters(rest: str) -> dict[str, int]:
@@ -94,7 +108,7 @@ def completion(request: dict) -> dict:
 
 
 def test_robots_first_one_lease_release_after_delay_and_expiry(frontier_job):
-    feed, results, rest = frontier_job
+    feed, results, rest, _ = frontier_job
     feed.send(discovered("/one", "/private/no", "/two"))
     _, robots = next_request(results, timeout=120)  # the first job in a process takes a few seconds to start
     assert (robots["kind"], robots["url"]) == ("robots", f"http://{HOST}/robots.txt")
@@ -150,7 +164,7 @@ def next_for(results: queue.Queue, host: str, timeout: float = 30.0) -> dict:
 
 def test_trap_rules_and_redirects_are_judged_and_counted_in_the_real_operator(frontier_job):
     from udfs.urls import url_fp
-    feed, results, rest = frontier_job
+    feed, results, rest, _ = frontier_job
     host = "trap.example"
 
     def entry(path: str, depth: int, source: str, hops: int = 0) -> dict:
@@ -188,3 +202,53 @@ def test_trap_rules_and_redirects_are_judged_and_counted_in_the_real_operator(fr
             break
         time.sleep(0.3)
     assert {k: counters.get(k) for k in expected} == expected
+
+
+def test_operator_controls_block_rate_limit_and_unblock_a_host_within_seconds(frontier_job):
+    feed, results, _, controls = frontier_job
+    host = "controlled.example"
+
+    def event(kind: str, request: dict, **fields) -> dict:
+        base = robots_result(request, b"") if kind == "robots" else completion(request)
+        return base | {"host": host} | fields
+
+    def host_control(**fields) -> dict:
+        return {"v": 1, "type": "host", "host": host, "rate_limit_rps": None, "blocked": None,
+                "id": uuid.uuid4().hex, "issued_at": time.time()} | fields
+
+    feed.send(discovered("/1", "/2", "/3", "/4") | {"host": host,
+              "urls": [{"url": f"http://{host}/{n}", "fp": url_fp(f"http://{host}/{n}"), "depth": 0, "priority": 5,
+                        "source": "seed"} for n in range(1, 5)]})
+    def next_for_host(timeout: float = 30.0) -> tuple[float, dict]:
+        """The next request for `host`; the earlier tests' hosts may still be releasing (lease expiries)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            at, request = next_request(results, max(0.1, deadline - time.monotonic()))
+            if request["host"] == host:
+                return at, request
+
+    def quiet_for_host(seconds: float) -> None:
+        try:
+            _, request = next_for_host(seconds)
+        except queue.Empty:
+            return
+        pytest.fail(f"host {host} is blocked but got {request!r}")
+
+    _, robots = next_for_host(timeout=60)
+    assert robots["kind"] == "robots"
+    feed.send(event("robots", robots))
+    _, first = next_for_host()
+
+    controls.send(host_control(blocked=True))
+    time.sleep(1.0)  # the broadcast side and the events' side are separate inputs: let the block land first
+    feed.send(event("completion", first))
+    quiet_for_host(DELAY_S + 3.0)              # blocked: the queue waits
+
+    controls.send(host_control(blocked=False, rate_limit_rps=0.25))
+    _, second = next_for_host(timeout=15)      # picked up within the control poll (5 s)
+    sent = time.monotonic()
+    feed.send(event("completion", second))
+    at, third = next_for_host(timeout=15)
+    assert second["url"] == f"http://{host}/2"
+    assert at - sent >= 4.0 - 0.05              # 1 / 0.25 rps, not the default 1 s
+    assert third["url"] == f"http://{host}/3"

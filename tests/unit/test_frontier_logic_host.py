@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from operators.frontier import METRICS, HostFrontier
 from udfs import frontier_logic as fl
+from udfs.control_state import ControlTable
 from udfs.politeness import PolitenessPolicy
 from udfs.records import b64
 from udfs.robots import RobotsPolicy
@@ -60,12 +61,12 @@ class Harness:
 
     def __init__(self, policy: fl.FrontierPolicy = fl.FrontierPolicy(max_queue=8, lease_timeout_s=30),
                  politeness: PolitenessPolicy = PolitenessPolicy(),
-                 robots_policy: RobotsPolicy = RobotsPolicy()) -> None:
+                 robots_policy: RobotsPolicy = RobotsPolicy(), controls: ControlTable | None = None) -> None:
         self.host_row, self.body, self.slots, self.urls = Value(), Value(), Map(), Map()
         self.counts: collections.Counter[str] = collections.Counter()
         self.parses = 0
         self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, self._parse,
-                                     policy, politeness, robots_policy)
+                                     policy, politeness, robots_policy, controls=controls)
         self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
         self.now = T0
         self.timers: set[int] = set()

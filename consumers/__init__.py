@@ -1,0 +1,10 @@
+"""Consumers of the crawl's output that run outside the Flink job (issue #9).
+
+- `consumers.corpus`: pages.parsed → filtered, near-deduplicated Parquet files (a training corpus).
+- `consumers.search`: pages.parsed + takedowns on crawl.control → a SQLite FTS5 full-text index.
+- `consumers.stream`: what both share: the bounded Kafka read loop and the pages.parsed reader.
+
+Both commit their Kafka offsets only after their own output is durable, so a restarted consumer
+goes on where it stopped (at-least-once; decision 1204). The crawler CLI wraps them
+(`crawler corpus`, `crawler index`, `crawler search`; crawler/consumers.py).
+"""

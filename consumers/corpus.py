@@ -1,0 +1,278 @@
+"""The training-data consumer: pages.parsed → filtered, near-deduplicated Parquet (issue #9).
+
+For each page, in order: contract check, opt-out (the record's `optout` field, decision 1203),
+language allow-list, text length bounds, then corpus-level near-duplicate removal with MinHash/LSH
+(udfs.minhash) against every page already kept, this run or an earlier one. Kept pages go to
+`OUT/crawl_date=YYYY-MM-DD/part-*.parquet` (hive partitioning by the UTC date of `fetched_at`);
+every page filtered out gets one line in `OUT/_dropped.jsonl` with its url and reason.
+
+State lives beside the data under names that Parquet readers skip (a leading `_`, as Hadoop's
+`_SUCCESS`): `OUT/_state/minhash.sqlite` holds the signatures of kept pages, so a restarted
+consumer keeps its index; it records the shingle size, signature length and seed it was built with
+and refuses another. Per batch: Parquet files (written whole, renamed into place), then the dropped
+log, then the signatures are made durable, and only then are the Kafka offsets committed
+(at-least-once: a crash between the steps can repeat at most one batch; decision 1204).
+Decision: docs/decisions/1206-corpus-parquet-layout-and-state.md.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from consumers.stream import Message, ReadLimits, consume_batches, read_page
+from udfs.minhash import DEFAULT_MINHASH_POLICY, LshIndex, MinHashPolicy, signature
+from udfs.records import TOPIC_PAGES, ContractError
+from udfs.urls import host_key
+
+_LOG = logging.getLogger("consumers.corpus")
+_LOG.addHandler(logging.NullHandler())
+
+DROPPED_LOG: Final = "_dropped.jsonl"
+STATE_DIR: Final = "_state"
+
+# The columns of every part file, in order; `crawl_date` is the partition (the folder name).
+PARQUET_SCHEMA: Final = pa.schema([
+    ("url", pa.string()),
+    ("url_fp", pa.uint64()),
+    ("final_url", pa.string()),
+    ("host", pa.string()),
+    ("fetched_at", pa.timestamp("ms", tz="UTC")),
+    ("title", pa.string()),
+    ("lang", pa.string()),
+    ("text", pa.string()),
+    ("n_chars", pa.int32()),
+    ("content_hash", pa.string()),
+    ("simhash", pa.uint64()),
+    ("warc_path", pa.string()),
+    ("warc_offset", pa.int64()),
+    ("warc_length", pa.int64()),
+])
+
+
+@dataclass(frozen=True)
+class CorpusPolicy:
+    """Which pages enter the corpus (section `[corpus]`).
+
+    languages: ISO 639 primary subtags kept, lower-case (empty: every language, unknown included;
+        otherwise a page without a detected language is dropped).
+    min_chars / max_chars: bounds on the text length in characters (200 / 1,000,000): shorter pages
+        are mostly navigation or error stubs, longer ones are dumps.
+    minhash: shingling, signature and threshold of the near-duplicate removal (udfs.minhash).
+    """
+
+    languages: tuple[str, ...] = ()
+    min_chars: int = 200
+    max_chars: int = 1_000_000
+    minhash: MinHashPolicy = field(default=DEFAULT_MINHASH_POLICY)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.languages, tuple) or not all(
+                isinstance(lang, str) and lang.isascii() and lang.isalpha() and lang.islower() and 2 <= len(lang) <= 3
+                for lang in self.languages):
+            raise ValueError(f"languages must be a tuple of lower-case ISO 639 codes like 'en', got {self.languages!r}")
+        if not isinstance(self.min_chars, int) or self.min_chars < 0:
+            raise ValueError(f"min_chars must be a non-negative integer, got {self.min_chars!r}")
+        if not isinstance(self.max_chars, int) or self.max_chars < max(1, self.min_chars):
+            raise ValueError(f"max_chars must be an integer of at least max(1, min_chars), got {self.max_chars!r}")
+        if not isinstance(self.minhash, MinHashPolicy):
+            raise ValueError(f"minhash must be a MinHashPolicy, got {type(self.minhash).__name__}")
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Why one page stays out of the corpus: a reason code and a human-readable detail."""
+
+    reason: str       # invalid | optout | lang | too_short | too_long | near_duplicate | already_in_corpus
+    detail: str = ""
+
+
+def screen(page: dict[str, Any], policy: CorpusPolicy) -> Drop | None:
+    """The opt-out, language and length filters for one checked page (issue #9); None keeps it."""
+    optout = page.get("optout")
+    if optout is not None and optout["reserved"]:
+        return Drop("optout", optout["reason"] or "reserved")
+    if policy.languages and page["lang"] not in policy.languages:
+        return Drop("lang", f"{page['lang']!r} not in {list(policy.languages)}")
+    length = len(page["text"])
+    if length < policy.min_chars:
+        return Drop("too_short", f"{length} < {policy.min_chars} characters")
+    if length > policy.max_chars:
+        return Drop("too_long", f"{length} > {policy.max_chars} characters")
+    return None
+
+
+def crawl_date(fetched_at: float) -> str:
+    """The partition of a page: the UTC date of its fetch, YYYY-MM-DD."""
+    return datetime.fromtimestamp(fetched_at, timezone.utc).strftime("%Y-%m-%d")
+
+
+class SignatureStore:
+    """The MinHash signatures of kept pages in SQLite: loaded into an LshIndex at start, added per batch."""
+
+    def __init__(self, path: Path, policy: MinHashPolicy) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(str(path))
+        self._db.executescript("""
+            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS signatures (key TEXT PRIMARY KEY, url TEXT NOT NULL, sig BLOB NOT NULL);
+        """)
+        wanted = {"shingle_size": str(policy.shingle_size), "num_perm": str(policy.num_perm), "seed": str(policy.seed)}
+        stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
+        if stored and stored != wanted:
+            raise ValueError(f"the signature store {path} was built with {stored}, this run uses {wanted}: "
+                             "signatures are not comparable; use another output folder or the same settings")
+        with self._db:
+            self._db.executemany("INSERT OR IGNORE INTO meta VALUES (?, ?)", wanted.items())
+        self._policy = policy
+
+    def load(self) -> tuple[LshIndex, dict[str, str]]:
+        """Every stored signature in a fresh LshIndex, and the url of each key."""
+        index, urls = LshIndex(self._policy), {}
+        for key, url, blob in self._db.execute("SELECT key, url, sig FROM signatures ORDER BY rowid"):
+            index.insert(key, np.frombuffer(blob, dtype="<u4").astype(np.uint32))
+            urls[key] = url
+        return index, urls
+
+    def add(self, rows: Iterable[tuple[str, str, np.ndarray]]) -> None:
+        """Store (key, url, signature) rows in one transaction (durable when this returns)."""
+        with self._db:
+            self._db.executemany("INSERT OR REPLACE INTO signatures VALUES (?, ?, ?)",
+                                 ((key, url, sig.astype("<u4").tobytes()) for key, url, sig in rows))
+
+    def close(self) -> None:
+        """Close the database."""
+        self._db.close()
+
+
+class CorpusWriter:
+    """Applies batches of pages.parsed messages to a corpus folder; `counts` says what happened."""
+
+    def __init__(self, out: Path | str, policy: CorpusPolicy = CorpusPolicy()) -> None:
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.policy = policy
+        self._store = SignatureStore(self.out / STATE_DIR / "minhash.sqlite", policy.minhash)
+        self._index, self._urls = self._store.load()
+        self.counts: Counter[str] = Counter()
+
+    def close(self) -> None:
+        """Close the signature store (every applied batch is durable already)."""
+        self._store.close()
+
+    def __enter__(self) -> CorpusWriter:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def apply(self, batch: list[Message]) -> None:
+        """Filter, deduplicate and write one batch; durable (Parquet, dropped log, signatures) on return."""
+        kept: dict[str, list[dict[str, Any]]] = {}
+        dropped: list[dict[str, Any]] = []
+        signatures: list[tuple[str, str, np.ndarray]] = []
+        for message in batch:
+            try:
+                page = read_page(message.value)
+            except ContractError as exc:
+                dropped.append(_dropped_line({"url": None, "url_fp": None, "fetched_at": None},
+                                             Drop("invalid", str(exc))))
+                continue
+            verdict, sig = self._judge(page)
+            if verdict is not None:
+                dropped.append(_dropped_line(page, verdict))
+                continue
+            key = str(page["url_fp"])
+            self._index.insert(key, sig)
+            self._urls[key] = page["url"]
+            signatures.append((key, page["url"], sig))
+            kept.setdefault(crawl_date(page["fetched_at"]), []).append(page)
+        for date, pages in kept.items():
+            self._write_part(date, pages)
+        self._append_dropped(dropped)
+        self._store.add(signatures)
+        if signatures:
+            self.counts["kept"] += len(signatures)
+        self.counts.update(line["reason"] for line in dropped)
+
+    def _judge(self, page: dict[str, Any]) -> tuple[Drop | None, np.ndarray]:
+        key = str(page["url_fp"])
+        if key in self._index:
+            return Drop("already_in_corpus", "this url_fp was written before (a replay or a recrawl)"), np.empty(0)
+        verdict = screen(page, self.policy)
+        if verdict is not None:
+            return verdict, np.empty(0)
+        sig = signature(page["text"], self.policy.minhash)
+        twins = self._index.near_duplicates(sig)
+        if twins:
+            other, similarity = twins[0]
+            detail = f"of {self._urls.get(other, other)} (estimated Jaccard {similarity:.2f})"
+            return Drop("near_duplicate", detail), sig
+        return None, sig
+
+    def _write_part(self, date: str, pages: list[dict[str, Any]]) -> None:
+        folder = self.out / f"crawl_date={date}"
+        folder.mkdir(parents=True, exist_ok=True)
+        table = pa.Table.from_pylist([_row(page) for page in pages], schema=PARQUET_SCHEMA)
+        name = f"part-{uuid.uuid4().hex}.parquet"
+        tmp = folder / f".{name}.tmp"
+        pq.write_table(table, tmp, compression="zstd")
+        _fsync(tmp)
+        os.replace(tmp, folder / name)
+        _fsync(folder)
+
+    def _append_dropped(self, lines: list[dict[str, Any]]) -> None:
+        if not lines:
+            return
+        with open(self.out / DROPPED_LOG, "a", encoding="utf-8") as log:
+            log.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+            log.flush()
+            os.fsync(log.fileno())
+
+
+def _row(page: dict[str, Any]) -> dict[str, Any]:
+    try:
+        host = host_key(page["url"])
+    except ValueError:
+        host = ""
+    return {
+        "url": page["url"], "url_fp": page["url_fp"], "final_url": page["final_url"], "host": host,
+        "fetched_at": datetime.fromtimestamp(page["fetched_at"], timezone.utc), "title": page["title"],
+        "lang": page["lang"], "text": page["text"], "n_chars": len(page["text"]), "content_hash": page["content_hash"],
+        "simhash": page["simhash"], "warc_path": page["warc_path"], "warc_offset": page["warc_offset"],
+        "warc_length": page["warc_length"],
+    }
+
+
+def _dropped_line(page: dict[str, Any], drop: Drop) -> dict[str, Any]:
+    return {"url": page["url"], "url_fp": page["url_fp"], "fetched_at": page["fetched_at"],
+            "reason": drop.reason, "detail": drop.detail}
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_corpus(bootstrap: str, out: Path | str, policy: CorpusPolicy, limits: ReadLimits, *,
+               group_id: str = "corpus") -> dict[str, int]:
+    """Consume pages.parsed into the corpus folder `out` until `limits` stop it; returns the counts
+    (kept and one per drop reason, plus messages)."""
+    with CorpusWriter(out, policy) as writer:
+        messages = consume_batches(bootstrap, [TOPIC_PAGES], group_id, limits, writer.apply)
+        return {**writer.counts, "messages": messages}

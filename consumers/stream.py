@@ -1,0 +1,160 @@
+"""The Kafka side of the consumers: a bounded read loop with a consumer group, and the page reader.
+
+`consume_batches` subscribes a consumer group to topics, hands each batch of messages to a handler
+and commits the batch's offsets only once the handler returned, i.e. once the consumer's output is
+durable: a crash replays at most the batch in hand (at-least-once, decision 1204). It stops after
+`max_records` messages, after `idle_timeout_s` seconds without one, or never.
+
+`read_page` checks the pages.parsed fields the consumers rely on (schemas/pages.parsed.v1.json),
+raising ContractError with the field and the reason.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException
+
+from udfs.records import SCHEMA_VERSION, ContractError
+
+_LOG = logging.getLogger("consumers")
+_LOG.addHandler(logging.NullHandler())
+# Consumed messages are handled in batches of at most this many by default.
+DEFAULT_BATCH = 500
+# The largest pages.parsed value the broker accepts (crawler/kafka_broker.py: 16 MiB).
+_MAX_FETCH_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Message:
+    """One consumed Kafka record: where it came from, its key and value."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """When a consumer stops, and how much it handles at once.
+
+    max_records: stop after this many messages (None: no limit).
+    idle_timeout_s: stop once no message arrived for this long, seconds (None: run until stopped).
+    batch_size: messages handed to the handler at most at once (500); offsets are committed per batch.
+    poll_s: how long one poll waits for messages (0.5 s): the latency of a partial batch.
+    """
+
+    max_records: int | None = None
+    idle_timeout_s: float | None = None
+    batch_size: int = DEFAULT_BATCH
+    poll_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.max_records is not None and (not isinstance(self.max_records, int) or self.max_records < 1):
+            raise ValueError(f"max_records must be a positive integer, got {self.max_records!r}")
+        if self.idle_timeout_s is not None and not (isinstance(self.idle_timeout_s, (int, float))
+                                                    and math.isfinite(self.idle_timeout_s) and self.idle_timeout_s > 0):
+            raise ValueError(f"idle_timeout_s must be a positive number of seconds, got {self.idle_timeout_s!r}")
+        if not isinstance(self.batch_size, int) or not 1 <= self.batch_size <= 100_000:
+            raise ValueError(f"batch_size must be an integer in [1, 100000], got {self.batch_size!r}")
+        if not isinstance(self.poll_s, (int, float)) or not 0 < self.poll_s <= 60:
+            raise ValueError(f"poll_s must be in (0, 60] seconds, got {self.poll_s!r}")
+
+
+def consume_batches(bootstrap: str, topics: Sequence[str], group_id: str, limits: ReadLimits,
+                    handle: Callable[[list[Message]], None], *, clock: Callable[[], float] = time.monotonic) -> int:
+    """Feed `topics` to `handle` in batches as consumer group `group_id`; returns the messages handled.
+
+    A new group starts at the earliest offsets; offsets are committed (synchronously) after each
+    batch `handle` returned without raising. Errors the client recovers from are logged; a fatal
+    client error raises KafkaException.
+    """
+    if not topics:
+        raise ValueError("at least one topic is needed")
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": group_id,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "fetch.message.max.bytes": _MAX_FETCH_BYTES,
+        "logger": _LOG,
+    })
+    handled = 0
+    last_seen = clock()
+    try:
+        consumer.subscribe(list(topics))
+        while limits.max_records is None or handled < limits.max_records:
+            want = limits.batch_size if limits.max_records is None else min(limits.batch_size,
+                                                                             limits.max_records - handled)
+            batch = [_message(m) for m in consumer.consume(num_messages=want, timeout=limits.poll_s)
+                     if _usable(m)]
+            if not batch:
+                if limits.idle_timeout_s is not None and clock() - last_seen >= limits.idle_timeout_s:
+                    break
+                continue
+            last_seen = clock()
+            handle(batch)
+            consumer.commit(asynchronous=False)
+            handled += len(batch)
+    finally:
+        consumer.close()
+    return handled
+
+
+def _usable(msg: Any) -> bool:
+    err = msg.error()
+    if err is None:
+        return True
+    if err.fatal():
+        raise KafkaException(err)
+    if err.code() != KafkaError._PARTITION_EOF:
+        _LOG.warning("kafka: %s", err)
+    return False
+
+
+def _message(msg: Any) -> Message:
+    return Message(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
+
+
+def read_page(raw: bytes | str | None) -> dict[str, Any]:
+    """A pages.parsed value as a dict, after checking the fields consumers use (schemas/pages.parsed.v1.json).
+
+    Raises ContractError naming the field: not a JSON object, another schema version, or a field
+    missing or of the wrong type. The optional `optout` must be {"reserved": bool, "reason": str}.
+    """
+    if raw is None:
+        raise ContractError("record: empty value (a tombstone?)")
+    try:
+        page = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ContractError(f"record: not JSON ({str(exc)[:80]})") from None
+    if not isinstance(page, dict):
+        raise ContractError("record: not a JSON object")
+    if page.get("v") != SCHEMA_VERSION or isinstance(page.get("v"), bool):
+        raise ContractError(f"v: unsupported schema version {page.get('v')!r} (this release reads {SCHEMA_VERSION})")
+    for name, kinds in _PAGE_FIELDS.items():
+        if name not in page:
+            raise ContractError(f"{name}: missing")
+        if not isinstance(page[name], kinds) or isinstance(page[name], bool):
+            raise ContractError(f"{name}: wrong type {type(page[name]).__name__}")
+    if not page["url"] or page["url_fp"] < 0:
+        raise ContractError("url: empty, or url_fp negative")
+    optout = page.get("optout")
+    if optout is not None and not (isinstance(optout, dict) and isinstance(optout.get("reserved"), bool)
+                                   and isinstance(optout.get("reason"), str)):
+        raise ContractError("optout: must be {\"reserved\": bool, \"reason\": str}")
+    return page
+
+
+_PAGE_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "url": str, "url_fp": int, "final_url": str, "fetched_at": (int, float), "http_status": int,
+    "content_hash": str, "simhash": int, "title": (str, type(None)), "lang": (str, type(None)), "text": str,
+    "warc_path": str, "warc_offset": int, "warc_length": int,
+}
