@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-unit test-integration demo bench bench-udfs clean
+.PHONY: install test test-unit test-integration demo bench bench-udfs bench-crawl bench-state clean
 
 install: $(STAMP)
 
@@ -32,7 +32,15 @@ demo: install
 bench-udfs: install
 	scripts/in-netns.sh $(PY) -m bench.run_udfs
 
-bench: bench-udfs
+# The whole crawler against Scrapy on the same synthetic web (15-20 minutes; see BENCHMARKS.md).
+bench-crawl: install
+	$(PY) -m bench.crawl_bench --hosts 5000 --seconds 300 --write
+
+# Bytes of frontier state per known URL, from real RocksDB checkpoints.
+bench-state: install
+	scripts/in-netns.sh $(PY) -m bench.bench_state
+
+bench: bench-udfs bench-state bench-crawl
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis

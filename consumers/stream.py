@@ -10,7 +10,6 @@ raising ContractError with the field and the reason.
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -20,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from udfs.records import SCHEMA_VERSION, ContractError
+from udfs.records import SCHEMA_VERSION, ContractError, json_object
 
 _LOG = logging.getLogger("consumers")
 _LOG.addHandler(logging.NullHandler())
@@ -131,12 +130,7 @@ def read_page(raw: bytes | str | None) -> dict[str, Any]:
     """
     if raw is None:
         raise ContractError("record: empty value (a tombstone?)")
-    try:
-        page = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ContractError(f"record: not JSON ({str(exc)[:80]})") from None
-    if not isinstance(page, dict):
-        raise ContractError("record: not a JSON object")
+    page = json_object(raw)
     if page.get("v") != SCHEMA_VERSION or isinstance(page.get("v"), bool):
         raise ContractError(f"v: unsupported schema version {page.get('v')!r} (this release reads {SCHEMA_VERSION})")
     for name, kinds in _PAGE_FIELDS.items():

@@ -30,7 +30,7 @@ from crawler.crawl import read_seed_file
 from crawler.stack import StackConfig
 from udfs.control import (MAX_SEEDS, ControlCommand, HostView, SeedsRejected, fold_host_views, host_control,
                           normalize_host, parse_control, pause, rejected_command, resume, seed_batches, takedown)
-from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_STATUS, ContractError, encode
+from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_STATUS, ContractError, encode, json_object
 
 DEFAULT_BOOTSTRAP = f"127.0.0.1:{StackConfig().kafka_port}"
 DEFAULT_API_PORT = 8787
@@ -122,12 +122,9 @@ def body_object(raw: bytes, *, empty_ok: bool = False) -> dict[str, Any]:
     if empty_ok and not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise BadRequest(f"body: not JSON ({str(exc)[:120]})") from None
-    if not isinstance(body, dict):
-        raise BadRequest(f"body: must be a JSON object, got {type(body).__name__}")
-    return body
+        return json_object(raw, "body")
+    except ContractError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def _only(body: dict[str, Any], allowed: Iterable[str], required: Iterable[str] = ()) -> None:

@@ -35,6 +35,7 @@ from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescri
 from operators.fetch import fetch_stage
 from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
 from operators.ip_gate import IpGateFunction
+from operators.modes import set_python_mode
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
 from udfs.control import parse_control
@@ -67,12 +68,6 @@ class Sinks:
     """Takes the stream of (topic, key, value) triples and writes it out."""
 
     emit: Callable[[StreamExecutionEnvironment, DataStream], None]
-
-
-def set_python_mode(env: StreamExecutionEnvironment, mode: str) -> None:
-    """Python operators take the execution mode in force when they are added (ARCHITECTURE.md §4):
-    keyed state is ~10× faster in `thread` mode; the async fetcher needs `process` mode."""
-    env.configure(Configuration().set_string("python.execution-mode", mode))
 
 
 class DecodeEvents(FlatMapFunction):
@@ -143,7 +138,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     valid_controls = (controls.flat_map(_valid_events, output_type=EVENT_TYPE)
                       .uid("valid-controls").name("valid controls"))
     frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch,
-                                config.bloom)
+                                config.bloom, config.recrawl, config.host_quality)
     requests = attach_frontier(
         decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
         .key_by(lambda event: event["host"], key_type=Types.STRING()),
@@ -158,7 +153,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     set_python_mode(env, "process")
     fetched = fetch_stage(requests, config.fetch, job.fetch_capacity, job.warc_root,
                           extract_policy=config.extract, warc_policy=config.warc, storage=config.storage,
-                          fetch_parallelism=job.fetch_parallelism)
+                          fetch_parallelism=job.fetch_parallelism, dedup=config.dedup)
     set_python_mode(env, "thread")
 
     sinks.emit(env, fetched.union(rejects))
@@ -273,8 +268,14 @@ def load_job_config(config_file: Path | None, overrides: list[str]) -> CrawlConf
     return load_config(text, overrides)
 
 
+# The global job parameter holding the job's own argv, read back by `crawler upgrade` (crawler/ops.py,
+# which keeps the same name without importing pyflink) to start the next version with the same arguments.
+JOB_ARGS_KEY = "crawler.job-args"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
     try:
         config = load_job_config(args.config, args.overrides)
     except (ConfigError, OSError) as exc:
@@ -282,6 +283,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     env = StreamExecutionEnvironment.get_execution_environment()
     configure_env(env, config, args.python)
+    env.get_config().set_global_job_parameters({JOB_ARGS_KEY: json.dumps(argv)})
     build_pipeline(env, kafka_source(args.bootstrap, config.job.group_id, args.start_timestamp_ms), kafka_sinks(args.bootstrap), config)
     print(json.dumps({"submitting": args.job_name, "config": config.as_dict()["job"]}), flush=True)
     env.execute(args.job_name)

@@ -9,11 +9,16 @@ resolver, which answers only with addresses it has just checked, so DNS rebindin
 
 Every outcome, limit or failure is a FetchResult with a status and reason; nothing raises out of
 `async_invoke`. Not keyed: the frontier releases at most one request per host (politeness is upstream).
+
+Metrics (group `fetch`, docs/metrics.md): outcomes by status class, bytes, 429s, robots.txt failures,
+DNS / connect / first-byte / total latency and the share of async capacity left idle. They are
+tallied on the event loop's thread and handed to Flink once per bundle (docs/decisions/1701).
 """
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import time
 import zlib
@@ -26,9 +31,14 @@ from pyflink.common import Time, Types
 from pyflink.datastream import AsyncDataStream, DataStream
 from pyflink.datastream.functions import AsyncFunction, RuntimeContext
 
+from operators.dedup import add_dedup
+from operators.modes import set_python_mode
 from operators.parse import ParseFunction, is_robots, robots_output
 from operators.resolver import GuardedResolver, ResolveFailure, load_pins
 from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
+from udfs.dedup import DedupPolicy
+from udfs.fetch_stats import COUNTS, PHASES, STATUS_CLASSES, FetchTally
+from udfs.latency import Occupancy, micros
 from udfs.fetch_status import CappedDecoder, UnsupportedEncoding, fetch_result, header_value, redirect_target
 from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
 from udfs.links import ExtractPolicy
@@ -61,11 +71,17 @@ class Fetcher:
     """Fetches FetchRequests with aiohttp under a FetchPolicy; usable with or without Flink."""
 
     def __init__(self, policy: FetchPolicy, pins: dict[str, tuple[str, ...]] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, tally: FetchTally | None = None) -> None:
         self._policy = policy
         self._resolver = GuardedResolver(policy, pins if pins is not None else policy.static_pins)
         self._clock = clock
+        self._tally = tally
         self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def resolver(self) -> GuardedResolver:
+        """The resolver (its counters feed the `fetch.dns_*` metrics)."""
+        return self._resolver
 
     def _session_in_loop(self) -> aiohttp.ClientSession:
         # Built on first use: the session binds to the running loop, which does not exist in open().
@@ -82,6 +98,7 @@ class Fetcher:
                 max_line_size=policy.max_header_bytes, max_field_size=policy.max_header_bytes,
                 max_headers=policy.max_header_count,
                 headers={"User-Agent": policy.user_agent, "Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},
+                trace_configs=[_connect_timer(self._tally)] if self._tally is not None else None,
             )
         return self._session
 
@@ -99,6 +116,12 @@ class Fetcher:
 
     async def fetch(self, request: FetchRequest) -> FetchResult:
         """One FetchResult for `request`; never raises (fetch limits, ARCHITECTURE.md §7)."""
+        result = await self._fetch(request)
+        if self._tally is not None:
+            self._tally.record(result)
+        return result
+
+    async def _fetch(self, request: FetchRequest) -> FetchResult:
         started = self._clock()
         hops = [_Exchange(url=str(request.get("url", "")))]
         try:
@@ -134,17 +157,23 @@ class Fetcher:
         url = URL(exchange.url)
         if url.scheme not in ("http", "https") or not url.host:
             return FetchStatus.ERROR, f"not an http(s) URL: {exchange.url!r}"
+        resolving = time.monotonic()
         try:
             exchange.ip = (await self._resolver.addresses(url.host))[0]
         except ResolveFailure as failure:
             return failure.status, failure.reason
+        if self._tally is not None:
+            self._tally.windows["dns"].add(time.monotonic() - resolving)
         headers = {}
         if not robots and request.get("etag"):
             headers["If-None-Match"] = str(request["etag"])
         if not robots and request.get("last_modified"):
             headers["If-Modified-Since"] = str(request["last_modified"])
+        requesting = time.monotonic()
         try:
             async with self._session_in_loop().get(url, headers=headers, allow_redirects=False) as response:
+                if self._tally is not None:  # first byte: request start to response head, connect included
+                    self._tally.windows["first_byte"].add(time.monotonic() - requesting)
                 _record_head(exchange, response)
                 head_size = sum(len(k) + len(v) + 4 for k, v in response.raw_headers)
                 if head_size > policy.max_header_bytes:
@@ -218,6 +247,20 @@ class Fetcher:
         )
 
 
+def _connect_timer(tally: FetchTally) -> aiohttp.TraceConfig:
+    """aiohttp trace hooks that time each new connection (TCP, and TLS for https) into `tally`."""
+    async def started(_session: Any, context: Any, _params: Any) -> None:
+        context.connecting = time.monotonic()
+
+    async def ended(_session: Any, context: Any, _params: Any) -> None:
+        tally.windows["connect"].add(time.monotonic() - context.connecting)
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(started)
+    trace.on_connection_create_end.append(ended)
+    return trace
+
+
 def _record_head(exchange: _Exchange, response: aiohttp.ClientResponse) -> None:
     exchange.http_status = response.status
     exchange.http_reason = response.reason or ""
@@ -250,14 +293,20 @@ def as_request(value: Any) -> FetchRequest | None:
 
 
 class FetchFunction(AsyncFunction):
-    """PyFlink async operator around `Fetcher` (process execution mode only)."""
+    """PyFlink async operator around `Fetcher` (process execution mode only); metric group `fetch`."""
 
-    def __init__(self, policy: FetchPolicy) -> None:
+    def __init__(self, policy: FetchPolicy, capacity: int = 1) -> None:
         self._policy = policy
+        self._capacity = capacity
         self._fetcher: Fetcher | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
-        self._fetcher = Fetcher(self._policy, load_pins(self._policy))
+        self._tally = FetchTally()
+        self._occupancy = Occupancy(self._capacity)
+        self._fetcher = Fetcher(self._policy, load_pins(self._policy), tally=self._tally)
+        if runtime_context is not None:  # None: driven directly, outside Flink (tests)
+            _FetchMetrics(runtime_context.get_metrics_group().add_group("fetch"),
+                          self._tally, self._fetcher.resolver, self._occupancy)
 
     def close(self) -> None:
         if self._fetcher is not None:
@@ -268,11 +317,66 @@ class FetchFunction(AsyncFunction):
         assert self._fetcher is not None, "open() was not called"
         request = as_request(value)
         if request is None:
-            return [_failure(_UNREADABLE, FetchStatus.ERROR, f"unreadable request: {str(value)[:200]!r}")]
-        return [await self._fetcher.fetch(request)]
+            return [self._counted(_failure(_UNREADABLE, FetchStatus.ERROR,
+                                           f"unreadable request: {str(value)[:200]!r}"))]
+        self._occupancy.start()
+        try:
+            return [await self._fetcher.fetch(request)]
+        finally:
+            self._occupancy.end()
 
     def timeout(self, value: Any) -> list[FetchResult]:
-        return [_failure(as_request(value) or _UNREADABLE, FetchStatus.TIMEOUT, "async operator deadline passed")]
+        return [self._counted(_failure(as_request(value) or _UNREADABLE, FetchStatus.TIMEOUT,
+                                       "async operator deadline passed"))]
+
+    def _counted(self, result: FetchResult) -> FetchResult:
+        self._tally.record(result)
+        return result
+
+
+class _FetchMetrics:
+    """The `fetch` metric group: the tallies of the event loop's thread, handed to Flink per bundle.
+
+    Process-mode counters only count on the bundle's thread, and the only code PyFlink runs there
+    for an async operator is the gauge reads at each bundle's end (after the in-flight requests
+    drained). So the first gauge, `bundles`, moves the tallies into real counters and meters, and
+    computes the latency percentiles the later gauges return (docs/decisions/1701).
+    """
+
+    def __init__(self, group: Any, tally: FetchTally, resolver: GuardedResolver, occupancy: Occupancy) -> None:
+        self._tally, self._resolver, self._occupancy = tally, resolver, occupancy
+        self._bundles = 0
+        group.gauge("bundles", self._flush)   # registered first, so read first
+        self._counters = {name: group.counter(name) for name in (*COUNTS, *resolver.counts)}
+        self._meters = {name: group.meter(f"{name}_per_s") for name in STATUS_CLASSES}
+        self._resolver_seen = dict.fromkeys(resolver.counts, 0)
+        self._gauges = {f"{phase}_{q}_us": 0 for phase in PHASES for q in ("p50", "p95")}
+        self._gauges["idle_ppm"] = 1_000_000
+        for name in self._gauges:
+            group.gauge(name, functools.partial(self._gauges.__getitem__, name))
+
+    def _flush(self) -> int:
+        if not self._bundles:
+            # Flink learns of a process-mode metric at its first update: zeros make every name
+            # visible from the first bundle on, not only after its first event.
+            for counter in self._counters.values():
+                counter.inc(0)
+            for meter in self._meters.values():
+                meter.mark_event(0)
+        for name, grown in self._tally.drain().items():
+            self._counters[name].inc(grown)
+            if name in self._meters:
+                self._meters[name].mark_event(grown)
+        for name, value in self._resolver.counts.items():
+            if value > self._resolver_seen[name]:
+                self._counters[name].inc(value - self._resolver_seen[name])
+                self._resolver_seen[name] = value
+        for phase in PHASES:
+            p50, p95 = self._tally.windows[phase].percentiles(0.5, 0.95)
+            self._gauges[f"{phase}_p50_us"], self._gauges[f"{phase}_p95_us"] = micros(p50), micros(p95)
+        self._gauges["idle_ppm"] = round((1.0 - self._occupancy.busy_ratio()) * 1_000_000)
+        self._bundles += 1
+        return self._bundles
 
 
 def _failure(request: FetchRequest, status: FetchStatus, reason: str) -> FetchResult:
@@ -286,7 +390,7 @@ FETCH_RESULT_TYPE = Types.PICKLED_BYTE_ARRAY()
 def add_fetch(requests: DataStream, policy: FetchPolicy, capacity: int) -> DataStream:
     """Attach the fetcher to a stream of FetchRequests; the operator deadline leaves 5 s of slack."""
     deadline_ms = int((policy.total_timeout_s + 5.0) * 1000)
-    return AsyncDataStream.unordered_wait(requests, FetchFunction(policy), Time.milliseconds(deadline_ms),
+    return AsyncDataStream.unordered_wait(requests, FetchFunction(policy, capacity), Time.milliseconds(deadline_ms),
                                           capacity, FETCH_RESULT_TYPE)
 
 
@@ -295,12 +399,15 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 warc_settings: WarcFileSettings = WarcFileSettings(),
                 warc_policy: WarcPolicy = WarcPolicy(),
                 storage: StoragePolicy = StoragePolicy(),
-                fetch_parallelism: int | None = None) -> DataStream:
+                fetch_parallelism: int | None = None,
+                dedup: DedupPolicy = DedupPolicy()) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
     The graph of §1 from fetch to the two sinks: fetch → robots results (crawl.frontier), and
-    fetch → parse → WARC writer (pages.parsed + crawl.frontier). The async fetch operator needs the
-    `process` execution mode to be in force when this is called (ARCHITECTURE.md §4).
+    fetch → parse → content dedup → WARC writer (pages.parsed + crawl.frontier). The async fetch
+    operator needs the `process` execution mode to be in force when this is called (ARCHITECTURE.md
+    §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
+    the job-level mode they need, is in force on return.
     """
     fetched = add_fetch(requests, policy, capacity).uid("fetch").name("fetch")
     if fetch_parallelism is not None:
@@ -310,7 +417,15 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     # unchained writer.
     robots = (fetched.flat_map(lambda r: [robots_output(r, policy.robots_max_bytes)] if is_robots(r) else [],
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
-    pages = (fetched.flat_map(ParseFunction(extract_policy), output_type=FETCH_RESULT_TYPE).uid("parse").name("parse")
-             .process(WarcWriterFunction(warc_root, warc_settings, warc_policy, storage=storage), output_type=EVENT_TYPE)
-             .uid("warc-writer").name("warc writer").disable_chaining())
-    return robots.union(pages)
+    pages = fetched.flat_map(ParseFunction(extract_policy), output_type=FETCH_RESULT_TYPE).uid("parse").name("parse")
+    set_mode = functools.partial(set_python_mode, requests.get_execution_environment())
+    if dedup.enabled:
+        pages = add_dedup(pages, dedup, warc_policy, set_mode)
+        set_mode("process")   # the writer keeps the mode it always had
+    events = (pages.process(WarcWriterFunction(warc_root, warc_settings, warc_policy, storage=storage),
+                            output_type=EVENT_TYPE)
+              .uid("warc-writer").name("warc writer").disable_chaining())
+    if dedup.enabled:
+        set_mode("thread")    # the job-level mode thread-mode operators need at execute()
+    return robots.union(events)
+

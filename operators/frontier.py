@@ -5,13 +5,21 @@ Every decision is made in `udfs.frontier_logic`; this module only moves rows bet
 those functions. `HostFrontier` is that glue, written against the four state handles' methods
 (`value/update`, `get/put/remove`) so it can be driven by plain dict-backed stand-ins in unit tests;
 `FrontierFunction` is the Flink shell: state descriptors, metrics, the clock and the one timer per host.
+Recrawl (issue #6, decision 1110): a fetched URL's due time puts it in a due bucket (MapState bucket
+end ms → its URLs) with one processing-time timer per bucket, separate from the politeness timer;
+when it fires, the bucket's URLs go to the host's recrawl lane. Gauges (issue #7) are running totals
+per subtask, updated from each host's state before and after every call (`FrontierGauges`).
 It must run in `thread` execution mode (ARCHITECTURE.md §4); it works in `process` mode too.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
+import heapq
+import json
+import math
 import random
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -24,10 +32,13 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 from operators.resolver import load_pins
 from udfs import frontier_logic as fl
 from udfs.bloom import DEFAULT_BLOOM_POLICY, BloomPolicy, SeenFilter
+from udfs.host_quality import DEFAULT_QUALITY_POLICY, QualityPolicy, priority_offset
+from udfs.host_quality import observe as observe_quality
 from udfs.control_state import ControlTable, HostControls
 from udfs.netguard import FetchPolicy
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.records import FetchRequest, unb64
+from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
 from udfs.traps import DEFAULT_TRAP_POLICY, TrapPolicy
 from udfs.urls import host_key, url_fp
@@ -36,9 +47,17 @@ from udfs.urls import host_key, url_fp
 METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "released", "robots_leased", "robots_fetched", "robots_failed", "leases_expired", "parked",
     "requeued", "completions_stale", "events_malformed", "hosts_fast_growing", "controls_applied",
-    "bloom_reads_skipped", "bloom_false_positives", "bloom_hosts_loaded",
+    "bloom_reads_skipped", "bloom_false_positives", "bloom_hosts_loaded", "demoted_duplicate_host",
     fl.UrlStatus.MOVED_PERMANENTLY.value, fl.UrlStatus.REDIRECTED.value,
+    # recrawl (issue #6): scheduled after a fetch, due (bucket entry moved to the recrawl lane), stale
+    # bucket entries skipped, recrawl-lane releases, what refetches saw (unchanged share), 304s
+    "recrawl_scheduled", "recrawl_due", "recrawl_stale", "recrawl_released", "recrawl_unchanged",
+    "recrawl_changed", "not_modified",
 )
+# Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
+DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
+    f"recrawl_depth_t{t}" for t in range(fl.RECRAWL_TIERS))
+GAUGES = DEPTH_GAUGES + ("hosts_with_queue", "oldest_due_age_s")
 _REDIRECTS = (fl.UrlStatus.MOVED_PERMANENTLY, fl.UrlStatus.REDIRECTED)
 
 
@@ -63,6 +82,43 @@ class Effects:
     requests: list[FetchRequest]
     timer_delete_ms: int      # 0 = keep
     timer_register_ms: int    # 0 = none
+    due_timers: tuple[int, ...] = ()  # due-bucket timers to register (Flink keeps one per key and time)
+
+
+class FrontierGauges:
+    """Running totals over this subtask's hosts (issue #7): URLs per discovery priority and recrawl
+    tier, hosts with a queue, and the oldest due time waiting in a recrawl lane. A host counts from
+    the first call that touches it in this run (its row's `gauge_epoch`): after a restore the totals
+    grow back host by host as their timers fire, never from a scan of state."""
+
+    def __init__(self) -> None:
+        self.depth = [0] * fl.LANES
+        self.hosts_with_queue = 0
+        self._oldest: dict[str, float] = {}
+        self._heap: list[tuple[float, str]] = []
+
+    def account(self, host: str, before: fl.HostState | None, after: fl.HostState) -> None:
+        """Apply one host's change (`before` None: the host was not counted yet in this run)."""
+        for index in range(fl.LANES):
+            self.depth[index] += after.depth(index) - (before.depth(index) if before is not None else 0)
+        self.hosts_with_queue += (after.queued > 0) - (before is not None and before.queued > 0)
+        if after.oldest_due:
+            if self._oldest.get(host) != after.oldest_due:
+                self._oldest[host] = after.oldest_due
+                heapq.heappush(self._heap, (after.oldest_due, host))
+        else:
+            self._oldest.pop(host, None)
+
+    def value(self, name: str, now: float) -> int:
+        """The gauge `name` of GAUGES at `now` (epoch seconds)."""
+        if name == "hosts_with_queue":
+            return self.hosts_with_queue
+        if name == "oldest_due_age_s":
+            while self._heap and self._oldest.get(self._heap[0][1]) != self._heap[0][0]:
+                heapq.heappop(self._heap)  # superseded or emptied lanes leave lazily
+            return max(0, int(now - self._heap[0][0])) if self._heap else 0
+        index = DEPTH_GAUGES.index(name)
+        return self.depth[index]
 
 
 class HostFrontier:
@@ -85,8 +141,19 @@ class HostFrontier:
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
                  robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY, rules_cache_size: int = 1024,
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, controls: ControlTable | None = None,
-                 seen: SeenFilter | None = None, epoch: int = 1) -> None:
+                 seen: SeenFilter | None = None, epoch: int = 1, due: MapLike | None = None,
+                 recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, gauges: FrontierGauges | None = None,
+                 quality: QualityPolicy = DEFAULT_QUALITY_POLICY) -> None:
+        if recrawl.tiers > fl.RECRAWL_TIERS:
+            raise ValueError(f"recrawl.tiers must be at most {fl.RECRAWL_TIERS} (the frontier's recrawl queues), "
+                             f"got {recrawl.tiers}")
         self.host_row, self.robots_body, self.slots, self.urls = host_row, robots_body, slots, urls
+        # `due` None turns recrawl off: no history, no schedule, one lane (the frontier before issue #6)
+        self.due, self.recrawl = due, recrawl
+        self.gauges = gauges
+        self.quality = quality
+        self._due_timers: list[int] = []
+        self._bucket_ms = int(round(policy.due_bucket_s * 1000))
         self.controls = controls if controls is not None else ControlTable()
         self.seen, self.epoch = seen, epoch
         self.count, self.parse_rules = count, parse_rules
@@ -95,30 +162,88 @@ class HostFrontier:
         self._rules_cache_size = rules_cache_size
 
     def on_event(self, host: str, event: dict[str, Any], now: float) -> Effects:
-        state = fl.HostState.from_row(self.host_row.value())
+        state = before = fl.HostState.from_row(self.host_row.value())
+        self._due_timers = []
         controls = self.controls.for_host(host)
         kind = event.get("type") if isinstance(event, dict) else None
         if kind == "discovered" and isinstance(event.get("urls"), list):
             state = self._admit_all(host, state, event["urls"], now, controls)
         elif kind == "completion":
-            state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls))
+            state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls),
+                                              *self._recrawl_args(state))
             state = self._apply(state, outcome)
+            if outcome.matched and event.get("http_status") == 200:
+                state = dataclasses.replace(state, quality=observe_quality(
+                    state.quality, event.get("duplicate") is True, event.get("near_duplicate") is True, self.quality))
         elif kind == "robots":
             state = self._robots_result(host, state, event, now, controls)
         else:
             self.count("events_malformed")
-        return self._release(host, state, now, controls)
+        return self._release(host, state, now, controls, before)
 
     def on_timer(self, host: str, timer_ms: int, now: float) -> Effects:
-        state = fl.HostState.from_row(self.host_row.value())
+        state = before = fl.HostState.from_row(self.host_row.value())
+        self._due_timers = []
         if state.timer_ms == timer_ms:  # the registered timer has fired; a stale one leaves it in place
             state = dataclasses.replace(state, timer_ms=0)
+        elif self.due is not None:
+            state = self._release_due(state, timer_ms, now)
         controls = self.controls.for_host(host)
         state, outcome = fl.expire_lease(state, now, self.policy, self._politeness_for(controls), self.robots_policy)
         if outcome.matched:
             self.count("leases_expired")
             state = self._apply(state, outcome)
-        return self._release(host, state, now, controls)
+        return self._release(host, state, now, controls, before)
+
+    def _recrawl_args(self, state: fl.HostState) -> tuple[fl.UrlRecord | None, RecrawlPolicy | None]:
+        """The leased URL's row and the policy, for on_completion to update its history (recrawl on)."""
+        if self.due is None or state.lease is None or state.lease.kind != "page":
+            return None, None
+        row = self.urls.get(fl.signed_fp(state.lease.item.fp))
+        return (fl.UrlRecord.from_row(row) if row is not None else None), self.recrawl
+
+    def _keep_history(self, key: int, record: fl.UrlRecord) -> fl.UrlRecord:
+        """A row written without history (a failure, a park, a redirect) keeps the URL's recrawl history,
+        validators and capture, unscheduled: rediscovery after the crawl cycle brings it back (decision 1112)."""
+        if self.due is None or record.history is not None:
+            return record
+        row = self.urls.get(key)
+        old = fl.UrlRecord.from_row(row) if row is not None else None
+        if old is None or old.history is None:
+            return record
+        return dataclasses.replace(record, etag=record.etag or old.etag,
+                                   last_modified=record.last_modified or old.last_modified, history=old.history,
+                                   capture=old.capture, depth=old.depth)
+
+    def _schedule(self, fp: int, url: str, due: float) -> None:
+        """Put a URL in the due bucket that ends at or after `due` and ask for that bucket's timer."""
+        bucket = math.ceil(due * 1000.0 / self._bucket_ms) * self._bucket_ms
+        row = self.due.get(bucket)
+        entries = json.loads(row) if row is not None else []
+        entries.append([fl.signed_fp(fp), url])
+        self.due.put(bucket, json.dumps(entries, separators=(",", ":")))
+        self._due_timers.append(bucket)
+        self.count("recrawl_scheduled")
+
+    def _release_due(self, state: fl.HostState, bucket: int, now: float) -> fl.HostState:
+        """A due bucket's timer: its URLs that are still scheduled go to the recrawl lane (decision 1110)."""
+        row = self.due.get(bucket)
+        if row is None:
+            return state
+        self.due.remove(bucket)
+        for key, url in json.loads(row):
+            raw = self.urls.get(key)
+            record = fl.UrlRecord.from_row(raw) if raw is not None else None
+            fp = key + (1 << 64) if key < 0 else key
+            item = fl.recrawl_item(record, url, fp, now, self.recrawl)
+            if item is None or record is None or record.due is None:
+                self.count("recrawl_stale")
+                continue
+            state, slot = fl.push_recrawl(state, item, record.due)
+            self.slots.put(slot, item.to_row())
+            self.urls.put(key, dataclasses.replace(record, status=fl.UrlStatus.QUEUED, at=now).to_row())
+            self.count("recrawl_due")
+        return state
 
     def _politeness_for(self, controls: HostControls) -> PolitenessPolicy:
         """The host's pacing: an operator rate limit sets its default gap (1/rate) and ceiling; a
@@ -144,7 +269,12 @@ class HostFrontier:
             dropped = fl.screen(state, item, source, now, self.traps, self.policy)
             if dropped is not None:  # before the URL-table read: trap URLs cost no state access
                 self.count(dropped)
+                if dropped == fl.SESSION_CHURN_METRIC:  # a rejection counts as use (decision 1803)
+                    state = dataclasses.replace(state, trap_summary=state.trap_summary.touched(item.url))
                 continue
+            if (offset := priority_offset(state.quality)) and source != "seed":
+                item = dataclasses.replace(item, priority=min(item.priority + offset, fl.PRIORITIES - 1))
+                self.count("demoted_duplicate_host")
             key = fl.signed_fp(item.fp)
             record = self._record_of(key, item.fp)
             state, admission = fl.admit(state, item, record, rules, now, self.policy, source, self.traps)
@@ -204,9 +334,17 @@ class HostFrontier:
             self.count("completions_stale")
             return state
         if outcome.record is not None and outcome.fp is not None:
-            self.urls.put(fl.signed_fp(outcome.fp), outcome.record.to_row())
-            if outcome.record.status in _REDIRECTS:
-                self.count(outcome.record.status.value)
+            key = fl.signed_fp(outcome.fp)
+            record = self._keep_history(key, outcome.record)
+            self.urls.put(key, record.to_row())
+            if record.status in _REDIRECTS:
+                self.count(record.status.value)
+            if record.due is not None and self.due is not None and outcome.url is not None:
+                self._schedule(outcome.fp, outcome.url, record.due)
+        if outcome.change is not None:
+            self.count("recrawl_changed" if outcome.change is Change.CHANGED else "recrawl_unchanged")
+            if outcome.change is Change.NOT_MODIFIED:
+                self.count("not_modified")
         if outcome.requeue is not None:
             self.slots.put(outcome.slot, outcome.requeue.to_row())
             self.count("requeued")
@@ -214,7 +352,8 @@ class HostFrontier:
             self.count("parked")
         return state
 
-    def _release(self, host: str, state: fl.HostState, now: float, controls: HostControls) -> Effects:
+    def _release(self, host: str, state: fl.HostState, now: float, controls: HostControls,
+                 before: fl.HostState) -> Effects:
         requests: list[FetchRequest] = []
         pops = 0
         while not controls.halted:
@@ -225,7 +364,7 @@ class HostFrontier:
                 requests.append(request)
             elif step is fl.Step.POP and pops < self.policy.max_pops_per_call:
                 pops += 1
-                state, slot = fl.pop(state)
+                state, slot = fl.pop(state) if self.due is None else fl.pop_lane(state, self.recrawl)
                 row = self.slots.get(slot)
                 if row is None:
                     continue
@@ -242,16 +381,26 @@ class HostFrontier:
                     self.urls.put(fl.signed_fp(item.fp), fl.UrlRecord(fl.UrlStatus.DISALLOWED, now).to_row())
                     continue
                 self.count("released")
+                if item.recrawl:
+                    self.count("recrawl_released")
                 requests.append(request)
             else:
                 break
         wake = fl.wake_ms(state, now)
         if controls.halted and state.lease is None and state.queued:
             wake = fl.timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
+        if wake and self.due is not None and wake % self._bucket_ms == 0:
+            wake += 1  # never on a due bucket's time: deleting this timer must not delete that one
         old = state.timer_ms
         state = dataclasses.replace(state, timer_ms=wake)
+        if state.oldest_due and not state.recrawl_queued:
+            state = dataclasses.replace(state, oldest_due=0.0)
+        if self.gauges is not None:
+            counted = before.gauge_epoch == self.epoch
+            state = dataclasses.replace(state, gauge_epoch=self.epoch)
+            self.gauges.account(host, before if counted else None, state)
         self.host_row.update(state.to_row())
-        return Effects(requests, old if old and old != wake else 0, wake if wake != old else 0)
+        return Effects(requests, old if old and old != wake else 0, wake if wake != old else 0, tuple(self._due_timers))
 
     def _rules_for(self, host: str, state: fl.HostState) -> fl.RulesLike | None:
         """The parsed rules of a PARSED host (None otherwise), from the cache or the stored body."""
@@ -309,8 +458,11 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
                  robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, fetch_policy: FetchPolicy | None = None,
-                 bloom: BloomPolicy = DEFAULT_BLOOM_POLICY) -> None:
+                 bloom: BloomPolicy = DEFAULT_BLOOM_POLICY, recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY,
+                 quality: QualityPolicy = DEFAULT_QUALITY_POLICY) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
+        self.quality = quality
+        self.recrawl = recrawl
         self.bloom = bloom
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
         self.frontier: HostFrontier | None = None
@@ -327,6 +479,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         robots_body = runtime_context.get_state(ValueStateDescriptor("frontier_robots_body", Types.STRING()))
         slots = runtime_context.get_map_state(MapStateDescriptor("frontier_queue", Types.LONG(), Types.STRING()))
         urls = runtime_context.get_map_state(MapStateDescriptor("frontier_urls", Types.LONG(), Types.STRING()))
+        due = runtime_context.get_map_state(MapStateDescriptor("frontier_due", Types.LONG(), Types.STRING()))
         group = runtime_context.get_metrics_group().add_group("frontier")
         counters = {name: group.counter(name) for name in METRICS}
         self.count = lambda name: counters[name].inc()
@@ -334,10 +487,14 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         seen = SeenFilter(self.bloom) if self.bloom.enabled else None
         if seen is not None:
             group.gauge("bloom_fill_ratio_ppm", lambda: int(seen.fill_ratio * 1_000_000))
+        gauges = FrontierGauges()
+        for name in GAUGES:
+            group.gauge(name, functools.partial(lambda n: gauges.value(n, time.time()), name))
         self.frontier = HostFrontier(host_row, robots_body, slots, urls, self.count,
                                      functools.partial(parse_robots, policy=self.robots_policy),
                                      self.policy, self.politeness, self.robots_policy, traps=self.traps,
-                                     controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1)
+                                     controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1,
+                                     due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         self._load_controls(ctx)
@@ -372,5 +529,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
             timers.delete_processing_time_timer(effects.timer_delete_ms)
         if effects.timer_register_ms:
             timers.register_processing_time_timer(effects.timer_register_ms)
+        for bucket_ms in effects.due_timers:
+            timers.register_processing_time_timer(bucket_ms)
         for request in effects.requests:
             yield fl.pin_ip(request, self.pins)

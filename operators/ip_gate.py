@@ -25,13 +25,19 @@ class IpGateFunction(KeyedProcessFunction):
 
     def __init__(self, policy: ig.IpGatePolicy = ig.DEFAULT_IP_GATE_POLICY) -> None:
         self.policy = policy
-        self.in_flight = 0  # this subtask's leases, for the gauge (approximate after a restore)
+        # This subtask's totals over its keys, kept by deltas for the gauges (approximate after a
+        # restore: state is per key, and a gauge cannot scan every key).
+        self.in_flight = 0     # leases
+        self.waiting = 0       # requests queued for their address's politeness (docs/metrics.md)
+        self.saturated = 0     # keys whose every slot is leased
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self.row = runtime_context.get_state(ValueStateDescriptor("ip_gate", Types.STRING()))
         group = runtime_context.get_metrics_group().add_group("ipgate")
         self.counters = {name: group.counter(name) for name in COUNTERS}
         group.gauge("in_flight", lambda: self.in_flight)
+        group.gauge("waiting", lambda: max(0, self.waiting))
+        group.gauge("saturated_keys", lambda: max(0, self.saturated))
 
     def process_element(self, value: dict[str, Any], ctx: KeyedProcessFunction.Context):
         now_ms = ctx.timer_service().current_processing_time()
@@ -52,8 +58,12 @@ class IpGateFunction(KeyedProcessFunction):
                              ("done", step.done), ("expired", step.expired), ("stale", step.stale)):
             if amount:
                 self.counters[name].inc(amount)
-        self.in_flight += len(step.state.leases) - len(before.leases)
         key, state = ctx.get_current_key(), step.state
+        self.in_flight += len(state.leases) - len(before.leases)
+        self.waiting += len(state.queue) - len(before.queue)
+        if len(state.leases) != len(before.leases):
+            limit = self.policy.limits(key)[0]
+            self.saturated += (len(state.leases) >= limit) - (len(before.leases) >= limit)
         keep = ig.keep_row(state, key, now_ms / 1000.0, self.policy)
         wake = ig.wake_at(state, key, self.policy) if keep else None
         wake_ms = 0 if wake is None else max(1, int(wake * 1000) + 1)

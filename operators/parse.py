@@ -6,14 +6,18 @@ here: `robots_event` turns them into `RobotsResult` events for crawl.frontier. E
 """
 from __future__ import annotations
 
+import functools
 import hashlib
-from typing import Any, TypedDict
+import time
+from typing import Any, NotRequired, TypedDict
 from collections.abc import Iterator
 
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
+from udfs.dedup import DedupVerdict
 from udfs.fetch_status import is_complete_page
 from udfs.ip_gate import gate_key
+from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, FetchResult, RobotsResult, b64, encode
 from udfs.simhash import simhash
@@ -38,6 +42,7 @@ class ParsedBundle(TypedDict):
     content_hash: str | None       # "sha256:<hex>" of the stored payload; None without a response
     simhash: int | None            # of the main text, for 200 pages
     page: PageFacts | None         # None unless the result is a complete 200 page
+    dedup: NotRequired[DedupVerdict]  # set by the dedup operators (operators/dedup.py) for the pages they see
 
 
 def content_hash(body: bytes) -> str:
@@ -89,25 +94,35 @@ def is_robots(result: FetchResult) -> bool:
 class ParseFunction(FlatMapFunction):
     """Page FetchResult → ParsedBundle (robots results are skipped: they go to crawl.frontier).
 
-    Counts pages parsed, results not parsed, parser errors and links found.
+    Counts pages parsed, results not parsed, parser errors and links found; gauges the p50/p95 of
+    the time `parse_result` took over the recent pages (docs/metrics.md).
     """
 
     def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY) -> None:
         self._policy = policy
         self._counters: dict[str, Any] = {}
+        self._latency = RecentWindow()
 
     def open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group().add_group("parse")
         self._counters = {name: group.counter(name) for name in ("pages", "skipped", "errors", "links")}
+        # Read once per bundle (PyFlink reads gauges at each bundle's end): one sort per read.
+        group.gauge("latency_p50_us", functools.partial(self._percentile_us, 0.5))
+        group.gauge("latency_p95_us", functools.partial(self._percentile_us, 0.95))
+
+    def _percentile_us(self, quantile: float) -> int:
+        return micros(self._latency.percentiles(quantile)[0])
 
     def flat_map(self, value: FetchResult) -> Iterator[ParsedBundle]:
         if is_robots(value):
             return
+        parsing = time.perf_counter()
         bundle = parse_result(value, self._policy)
         page = bundle["page"]
         if page is None:
             self._counters["skipped"].inc()
         else:
+            self._latency.add(time.perf_counter() - parsing)
             self._counters["pages"].inc()
             self._counters["links"].inc(len(page["links"]))
             if page["error"]:

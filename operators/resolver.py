@@ -2,6 +2,7 @@
 
 Static pins (the host map) win over DNS; DNS answers and failures are cached with bounded TTLs. The
 connection is made to the guarded address itself, so DNS rebinding cannot swap it (docs/decisions/0900).
+It counts its answers in plain integers (`counts`), which the fetch operator publishes (docs/metrics.md).
 """
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 
 from udfs.netguard import FetchPolicy, normalize_hostname, parse_host_map
 from udfs.records import FetchStatus
+
+
+# The resolver's counts, published as `fetch.<name>` counters (docs/metrics.md).
+RESOLVER_COUNTS = ("dns_pinned", "dns_cache_hits", "dns_lookups", "dns_failures", "ssrf_blocked")
 
 
 class ResolveFailure(Exception):
@@ -50,6 +55,7 @@ class GuardedResolver(AbstractResolver):
         self._pins = pins
         self._monotonic = monotonic
         self._cache: collections.OrderedDict[str, tuple[float, tuple[str, ...] | str]] = collections.OrderedDict()
+        self.counts: dict[str, int] = dict.fromkeys(RESOLVER_COUNTS, 0)
 
     async def addresses(self, host: str) -> tuple[str, ...]:
         """Guarded addresses for `host` (a name or an IP literal); raises ResolveFailure."""
@@ -58,6 +64,7 @@ class GuardedResolver(AbstractResolver):
         for address in candidates:
             verdict = self._policy.classify(address)
             if not verdict.allowed:
+                self.counts["ssrf_blocked"] += 1
                 raise ResolveFailure(FetchStatus.BLOCKED, f"{host}: {verdict.reason}")
         return candidates
 
@@ -81,18 +88,24 @@ class GuardedResolver(AbstractResolver):
     async def _lookup(self, host: str) -> tuple[str, ...]:
         name = normalize_hostname(host)
         if name is None:
+            self.counts["dns_failures"] += 1
             raise ResolveFailure(FetchStatus.DNS_ERROR, f"{host!r} is not a valid host name")
         if name in self._pins:
+            self.counts["dns_pinned"] += 1
             return self._pins[name]
         now = self._monotonic()
         cached = self._cache.get(name)
         if cached is not None and cached[0] > now:
             self._cache.move_to_end(name)
+            self.counts["dns_cache_hits"] += 1
             if isinstance(cached[1], str):
+                self.counts["dns_failures"] += 1
                 raise ResolveFailure(FetchStatus.DNS_ERROR, cached[1])
             return cached[1]
         if not self._policy.resolve_dns:
+            self.counts["dns_failures"] += 1
             raise ResolveFailure(FetchStatus.DNS_ERROR, f"{name} is not in the host map and DNS is off")
+        self.counts["dns_lookups"] += 1
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
             answer: tuple[str, ...] | str = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
@@ -104,6 +117,7 @@ class GuardedResolver(AbstractResolver):
         while len(self._cache) > self._policy.dns_cache_size:
             self._cache.popitem(last=False)
         if isinstance(answer, str):
+            self.counts["dns_failures"] += 1
             raise ResolveFailure(FetchStatus.DNS_ERROR, answer)
         return answer
 

@@ -2,26 +2,36 @@
 
 Pipeline position (ARCHITECTURE.md §1): parse → **WARC writer** → pages.parsed and crawl.frontier.
 For each ParsedBundle it appends a response + request record pair (one gzip member each, built by
-`udfs.warc`) to `crawl/{date}/{subtask}/{seq}.warc.gz` under the WARC root (CDXJ lines beside it in
-`{seq}.cdxj`), flushes and fsyncs,
+`udfs.warc`; as the dedup verdict says, a revisit instead of the response for an exact duplicate and
+a metadata record for a near-duplicate: decisions 1300-1301) to `crawl/{date}/{subtask}/{seq}.warc.gz`
+under the WARC root (CDXJ lines beside it in `{seq}.cdxj`), flushes and fsyncs,
 and only then emits (invariant 5: every published page points at a durable record):
 - a `Completion` for the page's frontier (always, whatever happened),
 - a `ParsedPage` on pages.parsed (200 pages not marked noindex) with warc_path/offset/length,
 - one `DiscoveredBatch` per target host of its followable links (+ redirect/refresh targets), depth+1.
 Files roll at a size or age limit (checked when a record arrives); a restarted writer never appends
-to an existing file, it starts the next sequence number.
+to an existing file, it starts the next sequence number. Before it does, it repairs what a writer
+killed mid-file left behind (decision 1600): the last file of each folder it owns is cut back to its
+last synced capture (a torn gzip member or an unindexed capture goes, with any index line past the
+cut); synced captures stay, since their events may already be published.
 
 With an `s3://bucket/prefix` root (decision 0504) files are written to `[storage] staging_dir`, rolled
 at its smaller limits and uploaded whole on roll; a capture is durable only once its file is uploaded,
 so the events of the open file's captures are held until then (published warc_path = the s3:// URL).
 The roll is checked when an element arrives: an idle writer holds its events until the next one.
+After a crash, staged files never uploaded are deleted (no event names them) and an upload cut
+between the WARC file and its index is finished.
 """
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import json
+import logging
 import os
 import re
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,13 +42,15 @@ from pyflink.datastream.functions import ProcessFunction, RuntimeContext
 
 from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle
+from udfs.dedup import DedupVerdict, metadata_fields
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, retry_after_seconds
 from udfs.ip_gate import ip_done_event
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_PAGES, Completion, DiscoveredBatch, FetchResult,
                           FetchStatus, ParsedPage, UrlEntry, encode)
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
-from udfs.warc import WarcBuilder, WarcPolicy, WarcRecord, cdxj_line, indexed_by_default
+from udfs.warc import (CT_WARC_FIELDS, RevisitTarget, WarcBuilder, WarcPolicy, WarcRecord, cdxj_line,
+                       indexed_by_default)
 
 # Discovered URL priorities (0 highest .. 9): a redirect target is the content the seed meant.
 PRIORITY_REDIRECT = 4
@@ -146,6 +158,42 @@ class WarcFiles:
         self._check_usable()
         return self._finish_if_due(self._clock())
 
+    def recover(self, parallelism: int) -> list[str]:
+        """Clean up after writers that stopped without closing their file (decision 1600); call it
+        before the first `append`. This writer (subtask i of `parallelism`) owns the subtask folders
+        j with j % parallelism == i, so after a rescale every old folder still has one owner.
+
+        Local root: the last file of each owned folder is cut back to its synced prefix (`repair_file`).
+        With a store: staged files left in the owned folders are deleted, after finishing the upload
+        of an index whose WARC file is already stored. Returns what it changed, one line each.
+        """
+        done: list[str] = []
+        for folder in owned_folders(Path(self._root), self._subtask, parallelism):
+            if self._store is None:
+                repair = repair_file(folder)
+                if repair is not None:
+                    done.append(str(repair))
+            else:
+                done += self._drop_staged(folder)
+        return done
+
+    def _drop_staged(self, folder: Path) -> list[str]:
+        assert self._store is not None
+        relative_folder = folder.relative_to(self._root).as_posix()
+        stored = set(self._store.names(relative_folder))
+        done = []
+        for warc in sorted(folder.glob("*.warc.gz")):
+            index = warc.with_name(warc.name.replace(".warc.gz", ".cdxj"))
+            if warc.name in stored:
+                if index.name not in stored and index.is_file():
+                    self._store.upload(index, f"{relative_folder}/{index.name}")
+                done.append(f"{warc}: already stored, staged copy deleted")
+            else:
+                done.append(f"{warc}: never uploaded, discarded (its events were held, none was published)")
+            warc.unlink()
+            index.unlink(missing_ok=True)
+        return done
+
     def _check_usable(self) -> None:
         if self._failed is not None:
             raise RuntimeError(f"an earlier upload failed ({self._failed}); this writer cannot go on") from self._failed
@@ -226,6 +274,129 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+@dataclasses.dataclass(frozen=True)
+class Repair:
+    """What `repair_file` cut from a WARC file left open by a writer that died."""
+
+    path: str
+    kept_bytes: int
+    dropped_bytes: int
+    dropped_index_lines: int
+
+    def __str__(self) -> str:
+        return (f"{self.path}: kept {self.kept_bytes} bytes, dropped {self.dropped_bytes} bytes "
+                f"and {self.dropped_index_lines} index line(s)")
+
+
+def owned_folders(root: Path, subtask: int, parallelism: int) -> list[Path]:
+    """Subtask folders `root/crawl/{date}/{j}` with j % parallelism == subtask (decision 1600)."""
+    if not 0 <= subtask < parallelism:
+        raise ValueError(f"subtask {subtask} is not within a parallelism of {parallelism}")
+    return sorted(folder for folder in (root / "crawl").glob("*/*")
+                  if folder.is_dir() and folder.name.isdigit() and int(folder.name) % parallelism == subtask)
+
+
+def repair_file(folder: Path) -> Repair | None:
+    """Cut the last WARC file of `folder` back to what its writer synced (decision 1600); None if whole.
+
+    A capture is synced (and only then are its events emitted) once its records and its index line
+    are flushed, index last. So the durable prefix ends after the last indexed record whose gzip
+    member is whole, plus the whole unindexed members after it (its request, a metadata record),
+    up to the first torn member or the first indexed record without an index line. Lines of the
+    index past the cut (or torn) go too. A file left with no whole record is deleted with its index.
+    """
+    files = sorted((int(m.group(1)), folder / m.group(0)) for m in map(_SEQ_NAME.match, os.listdir(folder)) if m)
+    if not files:
+        return None
+    warc = files[-1][1]
+    index = warc.with_name(warc.name.replace(".warc.gz", ".cdxj"))
+    raw_index = index.read_bytes() if index.is_file() else b""
+    size = warc.stat().st_size
+    with warc.open("rb") as handle:
+        start, index_keep = _last_whole_indexed(handle, size, raw_index)
+        cut = _durable_end(handle, size, start)
+    if cut == size and index_keep == len(raw_index):
+        return None
+    dropped_lines = sum(1 for line in raw_index[index_keep:].split(b"\n") if line)
+    if cut == 0:
+        warc.unlink()
+        index.unlink(missing_ok=True)
+    else:
+        for path, length in ((warc, cut), (index, index_keep)):
+            if path.exists():
+                with path.open("r+b") as handle:
+                    handle.truncate(length)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+    _fsync_dir(folder)
+    return Repair(str(warc), cut, size - cut, dropped_lines)
+
+
+def _last_whole_indexed(handle: BinaryIO, size: int, raw_index: bytes) -> tuple[int, int]:
+    """(end of the last indexed member that is whole, bytes of the index up to its line); (0, 0) if none."""
+    lines = raw_index.split(b"\n")[:-1]   # the piece after the last newline is torn (or empty)
+    ends = list(itertools.accumulate(len(line) + 1 for line in lines))
+    for line, line_end in zip(reversed(lines), reversed(ends)):
+        span = _index_span(line)
+        if span is None:
+            continue
+        offset, length = span
+        if offset + length <= size and _member_end(handle, offset, size) == (offset + length, True):
+            return offset + length, line_end
+    return 0, 0
+
+
+def _index_span(line: bytes) -> tuple[int, int] | None:
+    try:
+        entry = json.loads(line.split(b" ", 2)[2])
+        return int(entry["offset"]), int(entry["length"])
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _durable_end(handle: BinaryIO, size: int, start: int) -> int:
+    position = start
+    while position < size:
+        found = _member_end(handle, position, size)
+        if found is None or found[1]:
+            break   # torn, or an indexed record without its index line: that capture never finished syncing
+        position = found[0]
+    return position
+
+
+def _member_end(handle: BinaryIO, offset: int, size: int) -> tuple[int, bool] | None:
+    """(end offset, indexed by default?) of the whole gzip member at `offset`; None if torn or corrupt."""
+    handle.seek(offset)
+    inflater = zlib.decompressobj(wbits=31)
+    head = b""
+    position = offset
+    while position < size:
+        chunk = handle.read(min(1 << 20, size - position))
+        try:
+            out = inflater.decompress(chunk)
+        except zlib.error:
+            return None
+        if len(head) < _HEAD_BYTES:
+            head += out[:_HEAD_BYTES - len(head)]
+        if inflater.eof:
+            return position + len(chunk) - len(inflater.unused_data), _indexed_head(head)
+        position += len(chunk)
+    return None
+
+
+_HEAD_BYTES = 16 * 1024
+
+
+def _indexed_head(head: bytes) -> bool:
+    """`indexed_by_default` read from a record's header block."""
+    fields = {}
+    for line in head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        fields.setdefault(name.strip().lower(), value.strip().decode("latin-1"))
+    kind, mime = fields.get(b"warc-type", ""), fields.get(b"content-type", "")
+    return kind in ("response", "revisit", "resource", "metadata") and mime.split(";")[0].strip() != CT_WARC_FIELDS
+
+
 def is_archived(result: FetchResult) -> bool:
     """Whether a fetch is archived: a response arrived and its body is what the server sent, maybe cut.
 
@@ -235,21 +406,103 @@ def is_archived(result: FetchResult) -> bool:
     return result["http_status"] is not None and result["fetch_status"] in _ARCHIVED
 
 
-def capture_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str | None) -> list[WarcRecord]:
-    """Response then request record of one archived fetch (WARC 1.1 §6.3-6.4); [] if not archived."""
+def capture_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str | None,
+                    response_id: str | None = None) -> list[WarcRecord]:
+    """Response then request record of one archived fetch (WARC 1.1 §6.3-6.4); [] if not archived.
+
+    Both are dated with the fetch's time (`done_at`), the WARC-Date dedup records for revisits.
+    """
     if not is_archived(result):
         return []
     assert result["http_status"] is not None
-    version = "HTTP/" + (result.get("http_version") or "1.1")
     response, request = builder.capture(
         result.get("url") or result["request"]["url"], result.get("request_headers", []), result["http_status"],
         result["http_reason"], result["headers"], result["body"], date=result["done_at"], ip=result["ip"],
-        truncated=result["truncated"], warcinfo_id=warcinfo_id, http_version=version)
+        truncated=result["truncated"], warcinfo_id=warcinfo_id, http_version=_http_version(result),
+        response_id=response_id)
     return [response, request]
 
 
-def completion_event(bundle: ParsedBundle) -> Completion:
-    """The `Completion` crawl.frontier event that ends the page's lease (ARCHITECTURE.md §3)."""
+def revisit_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str | None,
+                    verdict: DedupVerdict) -> list[WarcRecord]:
+    """Identical-payload revisit then request record of an exact duplicate (WARC 1.1 §6.7.2): the
+    payload is not stored again; WARC-Refers-To names the owner's response record (decision 1300)."""
+    assert verdict["revisit_of"] is not None and result["http_status"] is not None
+    url = result.get("url") or result["request"]["url"]
+    revisit = builder.revisit_identical(
+        url, result["http_status"], result["http_reason"], result["headers"], result["body"],
+        RevisitTarget(**verdict["revisit_of"]), date=result["done_at"], ip=result["ip"], warcinfo_id=warcinfo_id,
+        http_version=_http_version(result))
+    request = builder.request(url, result.get("request_headers", []), date=result["done_at"], ip=result["ip"],
+                              concurrent_to=revisit.record_id, warcinfo_id=warcinfo_id,
+                              http_version=_http_version(result))
+    return [revisit, request]
+
+
+def bundle_records(builder: WarcBuilder, bundle: ParsedBundle, warcinfo_id: str | None) -> list[WarcRecord]:
+    """The records of one page bundle as dedup decided (decisions 1300-1301): a revisit + request for
+    an exact duplicate; else response + request, plus a metadata record (WARC 1.1 §6.6, concurrent
+    to the response) for a near-duplicate; plain `capture_records` for bundles dedup did not see."""
+    result, verdict = bundle["result"], bundle.get("dedup")
+    if result["http_status"] == 304 and result["request"].get("revisit_of") and is_archived(result):
+        return not_modified_records(builder, result, warcinfo_id)
+    if verdict is None or not is_archived(result):
+        return capture_records(builder, result, warcinfo_id)
+    if verdict["revisit_of"] is not None:
+        return revisit_records(builder, result, warcinfo_id, verdict)
+    records = capture_records(builder, result, warcinfo_id, verdict["response_id"])
+    near, simhash = verdict["near"], bundle["simhash"]
+    if near is not None and simhash is not None:
+        records.append(builder.metadata(result.get("url") or result["request"]["url"], metadata_fields(near, simhash),
+                                        date=result["done_at"], concurrent_to=records[0].record_id,
+                                        warcinfo_id=warcinfo_id))
+    return records
+
+
+def not_modified_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str | None) -> list[WarcRecord]:
+    """Server-not-modified revisit then request record of a recrawl's 304 (WARC 1.1 §6.7.3; decision
+    1113): WARC-Refers-To names the previous capture the frontier carried in `request.revisit_of`."""
+    assert result["http_status"] is not None
+    original = result["request"]["revisit_of"]
+    url = result.get("url") or result["request"]["url"]
+    revisit = builder.revisit_not_modified(
+        url, result["http_status"], result["http_reason"], result["headers"],
+        RevisitTarget(original["record_id"], original["target_uri"], original["date"], original.get("payload_digest")),
+        date=result["done_at"], ip=result["ip"], warcinfo_id=warcinfo_id, http_version=_http_version(result))
+    request = builder.request(url, result.get("request_headers", []), date=result["done_at"], ip=result["ip"],
+                              concurrent_to=revisit.record_id, warcinfo_id=warcinfo_id,
+                              http_version=_http_version(result))
+    return [revisit, request]
+
+
+def capture_of(bundle: ParsedBundle, records: list[WarcRecord]) -> dict[str, str | None] | None:
+    """The full capture a later revisit of this URL refers to (Completion.capture, decision 1113): the
+    response record written now, or the capture this fetch's revisit referred to; None if neither."""
+    if not records:
+        return None
+    head = records[0]
+    if head.info.warc_type == "response":
+        return {"record_id": head.record_id, "target_uri": head.header("WARC-Target-URI"), "date": head.date,
+                "payload_digest": head.header("WARC-Payload-Digest")}
+    verdict = bundle.get("dedup")
+    if verdict is not None and verdict["revisit_of"] is not None:
+        return dict(verdict["revisit_of"])
+    return bundle["result"]["request"].get("revisit_of")
+
+
+def _http_version(result: FetchResult) -> str:
+    return "HTTP/" + (result.get("http_version") or "1.1")
+
+
+def is_alias(bundle: ParsedBundle) -> bool:
+    """Whether dedup found the page's payload owned by another URL (an exact duplicate, decision 1300)."""
+    verdict = bundle.get("dedup")
+    return verdict is not None and verdict["duplicate_of"] is not None
+
+
+def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None = None) -> Completion:
+    """The `Completion` crawl.frontier event that ends the page's lease (ARCHITECTURE.md §3), with the
+    capture a later 304 revisit refers to (`capture_of`), if any."""
     result = bundle["result"]
     request = result["request"]
     headers = result["headers"]
@@ -263,22 +516,32 @@ def completion_event(bundle: ParsedBundle) -> Completion:
         etag=header_value(headers, "etag"), last_modified=header_value(headers, "last-modified"),
         redirect=redirect_target(result.get("url") or request["url"], status, headers),
         retry_after=retry_after_seconds(headers, result["done_at"]) if status in (429, 503) else None,
-        ip=result.get("ip"),
+        ip=result.get("ip"), capture=capture, duplicate=is_alias(bundle),
+        near_duplicate=bool((bundle.get("dedup") or {}).get("near")),
     )
 
 
 def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
-    """The pages.parsed record of a complete 200 page (None for others and for noindex pages)."""
+    """The pages.parsed record of a complete 200 page (None for others and for noindex pages).
+
+    An exact duplicate of another URL carries `duplicate_of` and neither text nor links: they are
+    the owner's (decision 1300). A near-duplicate carries `near_duplicate_of` and all it says.
+    """
     result, page = bundle["result"], bundle["page"]
     if page is None or page["noindex"] or not is_complete_page(result):
         return None
     request = result["request"]
     assert bundle["content_hash"] is not None and bundle["simhash"] is not None
+    verdict = bundle.get("dedup")
+    duplicate_of = verdict["duplicate_of"] if verdict is not None else None
+    near = verdict["near"] if verdict is not None else None
     return ParsedPage(
         v=SCHEMA_VERSION, url=request["url"], url_fp=request["fp"], final_url=result.get("url") or request["url"],
         fetched_at=result["done_at"], http_status=200, content_type=header_value(result["headers"], "content-type"),
-        content_hash=bundle["content_hash"], simhash=bundle["simhash"], duplicate_of=None, near_duplicate_of=None,
-        title=page["title"], lang=page["lang"], text=page["text"], links=[url for url, _ in page["links"]],
+        content_hash=bundle["content_hash"], simhash=bundle["simhash"], duplicate_of=duplicate_of,
+        near_duplicate_of=near["url"] if near is not None else None,
+        title=page["title"], lang=page["lang"], text="" if duplicate_of else page["text"],
+        links=[] if duplicate_of else [url for url, _ in page["links"]],
         warc_path=where.path, warc_offset=where.offset, warc_length=where.length,
     )
 
@@ -287,6 +550,7 @@ def discovered_batches(bundle: ParsedBundle) -> list[DiscoveredBatch]:
     """New URLs grouped by target host (one event per host): followable links, redirect and refresh targets.
 
     Links marked nofollow (or all links of a nofollow page) are dropped; depth is the page's + 1.
+    An exact duplicate of another URL adds none: its owner's links were discovered (decision 1300).
     """
     result, page = bundle["result"], bundle["page"]
     request = result["request"]
@@ -296,7 +560,7 @@ def discovered_batches(bundle: ParsedBundle) -> list[DiscoveredBatch]:
     redirect = redirect_target(result.get("url") or request["url"], result["http_status"], result["headers"])
     if redirect is not None:
         found.append((redirect, "redirect", PRIORITY_REDIRECT))
-    if page is not None:
+    if page is not None and not is_alias(bundle):
         if page["refresh"]:
             found.append((page["refresh"], "redirect", PRIORITY_REDIRECT))
         if not page["nofollow"]:
@@ -316,7 +580,8 @@ def discovered_batches(bundle: ParsedBundle) -> list[DiscoveredBatch]:
             for host, entries in by_host.items()]
 
 
-def events_for(bundle: ParsedBundle, where: Location | None) -> list[Event]:
+def events_for(bundle: ParsedBundle, where: Location | None,
+               capture: dict[str, str | None] | None = None) -> list[Event]:
     """Every event one archived (or unarchivable) page fetch produces, as (topic, key, value)."""
     events: list[Event] = []
     page = parsed_page(bundle, where) if where is not None else None
@@ -324,7 +589,7 @@ def events_for(bundle: ParsedBundle, where: Location | None) -> list[Event]:
         events.append((TOPIC_PAGES, str(page["url_fp"]), encode(dict(page))))
     for batch in discovered_batches(bundle):
         events.append((TOPIC_FRONTIER, batch["host"], encode(dict(batch))))
-    completion = completion_event(bundle)
+    completion = completion_event(bundle, capture)
     events.append((TOPIC_FRONTIER, completion["host"], encode(dict(completion))))
     return events
 
@@ -358,10 +623,14 @@ class PageArchiver:
     def archive(self, bundle: ParsedBundle) -> tuple[list[Location], list[Event]]:
         """Write the fetch's records (if archived); its locations and the events now safe to emit."""
         result = bundle["result"]
-        locations = (self._files.append(lambda warcinfo_id: capture_records(self._builder, result, warcinfo_id))
-                     if is_archived(result) else [])
+        written: list[WarcRecord] = []
+
+        def build(warcinfo_id: str | None) -> list[WarcRecord]:
+            written[:] = bundle_records(self._builder, bundle, warcinfo_id)
+            return written
+        locations = self._files.append(build) if is_archived(result) else []
         where = locations[0] if locations else None
-        events = events_for(bundle, where)
+        events = events_for(bundle, where, capture_of(bundle, written))
         if self._hold and where is not None:
             self._held.append((where.path, events))
             events = []
@@ -410,8 +679,12 @@ class WarcWriterFunction(ProcessFunction):
                               store=ObjectStore(self._storage, parse_s3_root(self._root)))
         else:
             files = WarcFiles(self._root, subtask, self._builder, self._settings, crawl_fields=self._crawl_fields)
+        recovered = files.recover(runtime_context.get_number_of_parallel_subtasks())
+        for line in recovered:
+            logging.getLogger(__name__).warning("warc writer %d recovered %s", subtask, line)
         self._archiver = PageArchiver(files, self._builder, hold=is_s3_root(self._root))
         group = runtime_context.get_metrics_group().add_group("warc")
+        group.counter("recovered_files").inc(len(recovered))
         self._counters = {name: group.counter(name) for name in ("captures", "bytes", "published", "frontier_events")}
         group.gauge("held_captures", lambda: self._archiver.held_captures if self._archiver else 0)
         fetch_group = runtime_context.get_metrics_group().add_group("fetch")

@@ -35,6 +35,9 @@ SECTIONS: dict[str, str] = {
     "storage": "udfs.storage:StoragePolicy",
     "ipgate": "udfs.ip_gate:IpGatePolicy",
     "bloom": "udfs.bloom:BloomPolicy",
+    "dedup": "udfs.dedup:DedupPolicy",
+    "recrawl": "udfs.recrawl:RecrawlPolicy",
+    "host_quality": "udfs.host_quality:QualityPolicy",
 }
 
 
@@ -113,6 +116,10 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
     if origin in (tuple, list, frozenset, set):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
+        if origin is tuple and args and args[-1] is not Ellipsis:  # a fixed shape, e.g. tuple[str, float]
+            if len(value) != len(args):
+                raise ConfigError(f"{where}: expected {len(args)} values, got {value!r}")
+            return tuple(_coerce(v, a, where) for v, a in zip(value, args))
         inner = args[0] if args else Any
         items = [_coerce(v, inner, where) for v in value]
         return frozenset(items) if origin is frozenset else (tuple(items) if origin is tuple else items)

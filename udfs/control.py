@@ -17,14 +17,13 @@ random id: writers pass `id` and `issued_at`.
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from udfs.records import SCHEMA_VERSION, ContractError, DiscoveredBatch, UrlEntry
+from udfs.records import SCHEMA_VERSION, ContractError, DiscoveredBatch, UrlEntry, json_object
 from udfs.urls import host_key, normalize_url, url_fp
 
 __all__ = [
@@ -285,13 +284,7 @@ def _parse(raw: bytes | str) -> ControlCommand:
         raise ContractError(f"record: must be bytes or str, got {type(raw).__name__}")
     if len(raw) > MAX_RAW_BYTES:
         raise ContractError(f"record: larger than {MAX_RAW_BYTES} bytes")
-    try:
-        record = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise ContractError(f"record: not JSON ({_clip(str(exc), 120)})") from None
-    if not isinstance(record, dict):
-        raise ContractError(f"record: must be a JSON object, got {type(record).__name__}")
-    return command_from_record(record)
+    return command_from_record(json_object(raw))
 
 
 def command_from_record(record: dict[str, Any]) -> ControlCommand:

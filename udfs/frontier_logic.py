@@ -21,6 +21,11 @@ Traps and redirects (decision 0804): every discovered URL is screened by the tra
 row is even read; redirect targets carry a hop count, capped; a 301/308 marks its source URL moved
 and a 302/303/307 keeps it canonical (RFC 9110 §15.4). A host whose URL table grows faster than
 `fast_growth_urls` per window is flagged once per window (decision 0805).
+Recrawl (issue #6, decisions 1110-1113): a fetched URL's row keeps its `UrlHistory`, due time, value
+(depth) and the WARC capture a later 304 revisit refers to; `on_completion` feeds `udfs.recrawl.observe`
+and `next_due`; due URLs come back through `recrawl_item` into a recrawl lane of `tiers` front queues
+beside the discovery priorities, and `pop_lane` splits releases between the lanes. A scheduled URL is
+not admitted again by rediscovery before its due time: the schedule owns it.
 Nothing here reads a clock: `now` is always a parameter (epoch seconds).
 """
 from __future__ import annotations
@@ -33,16 +38,23 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from udfs.netguard import DEFAULT_USER_AGENT
+from udfs.host_quality import HostQuality
 from udfs.politeness import (DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy, classify_health, next_allowed_at,
                              next_backoff)
 from udfs.records import FetchRequest, FetchStatus
+from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, PageValue, RecrawlPolicy, UrlHistory,
+                          change_rate, choose_tier, classify, next_due, observe, split, tier_of, tier_weights,
+                          value_weight)
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
 from udfs.traps import DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, HostTrapSummary, TrapContext, TrapPolicy, check_url
 
-STATE_VERSION = 2               # 2: trap summary and growth window in the host row (decision 0804); reads 1
-_READABLE_VERSIONS = (1, STATE_VERSION)
+STATE_VERSION = 3               # 3: recrawl lane, host signals, draw counter (decision 1110); 2: traps (0804)
+_READABLE_VERSIONS = (1, 2, STATE_VERSION)
 PRIORITIES = 10                 # UrlEntry.priority 0 (highest) .. 9
+RECRAWL_TIERS = 10              # recrawl front queues live at queue index PRIORITIES + tier (decision 1111)
+LANES = PRIORITIES + RECRAWL_TIERS
+RECORD_VERSION = 2              # URL-table rows: 1 = [status, at, etag, last_modified]; 2 adds the recrawl fields
 SLOT_SPAN = 1 << 40             # slot key = priority * SLOT_SPAN + seq; fits a signed Java long
 _MAX_URL_LENGTH = 8192          # a longer "url" in an event is malformed, whatever the URL policy allows
 
@@ -70,6 +82,8 @@ class FrontierPolicy:
     fast_growth_window_s: that window, in seconds (1 h).
     control_poll_s: a host halted by an operator (blocked, paused) with URLs queued looks again this
         often, so an unblock or resume takes effect within it (5 s).
+    due_bucket_s: width of the recrawl due buckets: URLs due within one bucket share one timer and
+        come back at its end, at most this late (60 s; decision 1110).
     """
 
     robots_agent: str = DEFAULT_USER_AGENT
@@ -84,6 +98,7 @@ class FrontierPolicy:
     fast_growth_urls: int = 1_000
     fast_growth_window_s: float = 3_600.0
     control_poll_s: float = 5.0
+    due_bucket_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.robots_agent.strip():
@@ -94,10 +109,12 @@ class FrontierPolicy:
         if self.max_redirect_hops < 0:
             raise ValueError(f"frontier.max_redirect_hops must be at least 0, got {self.max_redirect_hops!r}")
         for name in ("lease_timeout_s", "robots_retry_max_s", "recrawl_after_s", "fast_growth_window_s",
-                     "control_poll_s"):
+                     "control_poll_s", "due_bucket_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"frontier.{name} must be a finite number > 0, got {value!r}")
+        if self.due_bucket_s < 0.01:  # bucket times must leave room for the politeness timer between them
+            raise ValueError(f"frontier.due_bucket_s must be at least 0.01, got {self.due_bucket_s!r}")
 
 
 DEFAULT_FRONTIER_POLICY = FrontierPolicy()
@@ -137,12 +154,36 @@ class Verdict(str, enum.Enum):
 
 # One counter per trap rule's reason (udfs.traps.REASONS), e.g. `dropped_trap_calendar_out_of_window`.
 TRAP_METRICS: tuple[str, ...] = tuple(f"dropped_trap_{reason}" for reason in REASONS)
+SESSION_CHURN_METRIC = "dropped_trap_session_id_churn"   # the session rule's rejection (udfs.traps)
+
+
+Capture = tuple[str, str, str, str | None]   # (WARC-Record-ID, target URI, WARC-Date, payload digest)
+
+
+def coerce_capture(raw: Any) -> Capture | None:
+    """A capture (the WARC response record a later revisit refers to) from an event or row field:
+    a dict or list of record_id, target_uri, date, payload_digest; None when malformed. Never raises."""
+    if isinstance(raw, dict):
+        raw = [raw.get("record_id"), raw.get("target_uri"), raw.get("date"), raw.get("payload_digest")]
+    if not isinstance(raw, (list, tuple)) or len(raw) != 4:
+        return None
+    record_id, uri, date, digest = raw
+    if not all(isinstance(v, str) and v and len(v) <= _MAX_URL_LENGTH for v in (record_id, uri, date)):
+        return None
+    return record_id, uri, date, digest if isinstance(digest, str) else None
+
+
+def capture_dict(capture: Capture) -> dict[str, str | None]:
+    """A capture as the `FetchRequest.revisit_of` / `Completion.capture` dict (udfs.warc.RevisitTarget fields)."""
+    record_id, uri, date, digest = capture
+    return {"record_id": record_id, "target_uri": uri, "date": date, "payload_digest": digest}
 
 
 @dataclass(frozen=True)
 class QueueItem:
-    """One queued URL; its row is `[url, fp, depth, priority, attempt, etag, last_modified, redirect_hops]`
-    (rows written before redirect_hops have seven fields and read as 0 hops)."""
+    """One queued URL; its row is `[url, fp, depth, priority, attempt, etag, last_modified, redirect_hops,
+    capture]` (older rows have seven or eight fields: 0 hops, no capture). `priority` is the queue index:
+    0-9 the discovery priorities, PRIORITIES + t the recrawl tier t."""
 
     url: str
     fp: int
@@ -152,14 +193,25 @@ class QueueItem:
     etag: str | None = None
     last_modified: str | None = None
     redirect_hops: int = 0     # redirects followed to reach this URL (0 unless it is a redirect target)
+    capture: Capture | None = None  # the previous capture, for a 304's revisit record (recrawls only)
+
+    @property
+    def recrawl(self) -> bool:
+        """Whether the item waits in the recrawl lane (a known URL come due), not a discovery queue."""
+        return self.priority >= PRIORITIES
 
     def to_row(self) -> str:
-        return json.dumps([self.url, self.fp, self.depth, self.priority, self.attempt, self.etag,
-                           self.last_modified, self.redirect_hops], separators=(",", ":"))
+        row = [self.url, self.fp, self.depth, self.priority, self.attempt, self.etag, self.last_modified,
+               self.redirect_hops]
+        if self.capture is not None:
+            row.append(list(self.capture))
+        return json.dumps(row, separators=(",", ":"))
 
     @staticmethod
     def from_row(row: str) -> QueueItem:
-        return QueueItem(*json.loads(row))
+        fields = json.loads(row)
+        capture = coerce_capture(fields[8]) if len(fields) > 8 else None
+        return QueueItem(*fields[:8], capture=capture)
 
 
 class UrlStatus(str, enum.Enum):
@@ -174,20 +226,42 @@ class UrlStatus(str, enum.Enum):
 
 @dataclass(frozen=True)
 class UrlRecord:
-    """One URL-table row: `[status, at, etag, last_modified]`; `at` is when the status was set."""
+    """One URL-table row; `at` is when the status was set. Version 1 rows are `[status, at, etag,
+    last_modified]`; version 2 rows add `2, history, due, capture, depth` (decision 1110): the
+    udfs.recrawl.UrlHistory row, the due time (epoch seconds; None = not scheduled), the WARC capture a
+    304 revisit refers to, and the depth that sets the page's value. A row without the recrawl fields
+    is written in the version 1 layout, so a URL that was never fetched costs what it did."""
 
     status: UrlStatus
     at: float
     etag: str | None = None
     last_modified: str | None = None
+    history: UrlHistory | None = None
+    due: float | None = None
+    capture: Capture | None = None
+    depth: int = 0
 
     def to_row(self) -> str:
-        return json.dumps([self.status.value, self.at, self.etag, self.last_modified], separators=(",", ":"))
+        row: list[Any] = [self.status.value, self.at, self.etag, self.last_modified]
+        if self.history is not None or self.due is not None or self.capture is not None or self.depth:
+            row += [RECORD_VERSION, None if self.history is None else self.history.to_row(), self.due,
+                    None if self.capture is None else list(self.capture), self.depth]
+        return json.dumps(row, separators=(",", ":"))
 
     @staticmethod
     def from_row(row: str) -> UrlRecord:
-        status, at, etag, last_modified = json.loads(row)
-        return UrlRecord(UrlStatus(status), at, etag, last_modified)
+        """Read a version 1 or 2 row; raises ValueError on another version."""
+        fields = json.loads(row)
+        status, at, etag, last_modified = fields[:4]
+        if len(fields) == 4:
+            return UrlRecord(UrlStatus(status), at, etag, last_modified)
+        if fields[4] != RECORD_VERSION:
+            raise ValueError(f"URL record schema version {fields[4]!r}; this release reads 1, {RECORD_VERSION}")
+        history, due, capture, depth = (fields[5:9] + [None] * 4)[:4]
+        return UrlRecord(UrlStatus(status), at, etag, last_modified,
+                         None if history is None else UrlHistory.from_row(history),
+                         float(due) if _number(due) is not None else None, coerce_capture(capture),
+                         depth if _non_negative_int(depth) else 0)
 
 
 @dataclass(frozen=True)
@@ -201,7 +275,7 @@ class Lease:
 
 
 def _empty_queues() -> tuple[tuple[int, int], ...]:
-    return tuple((0, 0) for _ in range(PRIORITIES))
+    return tuple((0, 0) for _ in range(LANES))
 
 
 @dataclass(frozen=True)
@@ -226,10 +300,24 @@ class HostState:
     growth_urls: int = 0       # URL-table rows added since growth_since
     ip: str | None = None      # the server address of the host's last fetch (the IP gate's key; None: unknown)
     bloom_epoch: int = 0       # the frontier run whose seen-URL filter holds this host's URLs (0 = none)
+    quality: HostQuality = HostQuality()  # share of new unique content; demotes the host's new URLs (decision 1801)
+    signals: HostSignals = NO_HOST  # the host's recrawl statistics (udfs.recrawl, bounded)
+    draws: int = 0             # lane and tier choices made so far: the seed of the next one (decision 1111)
+    oldest_due: float = 0.0    # the earliest due time waiting in the recrawl lane since it was last empty (0 = none)
+    gauge_epoch: int = 0       # the frontier run whose gauges count this host (0 = none)
 
     @property
     def queued(self) -> int:
         return sum(tail - head for head, tail in self.queues)
+
+    def depth(self, index: int) -> int:
+        """URLs waiting in queue `index` (a discovery priority, or PRIORITIES + a recrawl tier)."""
+        head, tail = self.queues[index]
+        return tail - head
+
+    @property
+    def recrawl_queued(self) -> int:
+        return sum(tail - head for head, tail in self.queues[PRIORITIES:])
 
     def to_row(self) -> str:
         lease = None
@@ -243,13 +331,17 @@ class HostState:
             "lease_seq": self.lease_seq, "queues": [list(q) for q in self.queues],
             "url_count": self.url_count, "timer_ms": self.timer_ms,
             "traps": [[key, list(hashes)] for key, hashes in self.trap_summary.entries],
+            "traps_counted": list(self.trap_summary.counted),
             "growth": [self.growth_since, self.growth_urls], "ip": self.ip, "bloom_epoch": self.bloom_epoch,
+            "recrawl": self.signals.to_row(), "draws": self.draws, "oldest_due": self.oldest_due,
+            "gauge_epoch": self.gauge_epoch, "quality": self.quality.to_row(),
         }, separators=(",", ":"))
 
     @staticmethod
     def from_row(row: str | None) -> HostState:
         """The host row from state (None: a host never seen). Raises ValueError on a foreign schema version;
-        a version 1 row (before traps and growth) reads with an empty summary and a fresh window."""
+        a version 1 row (before traps and growth) reads with an empty summary and a fresh window; rows
+        before version 3 read with ten queues (no recrawl lane yet) and no recrawl statistics."""
         if row is None:
             return HostState()
         data = json.loads(row)
@@ -264,11 +356,16 @@ class HostState:
             crawl_delay=data["crawl_delay"], next_allowed_at=data["next_allowed_at"],
             backoff_s=data["backoff_s"],
             lease=None if lease is None else Lease(lease[0], lease[1], lease[2], QueueItem.from_row(lease[3])),
-            lease_seq=data["lease_seq"], queues=tuple((h, t) for h, t in data["queues"]),
+            lease_seq=data["lease_seq"],
+            queues=tuple((h, t) for h, t in data["queues"]) + ((0, 0),) * (LANES - len(data["queues"])),
             url_count=data["url_count"], timer_ms=data["timer_ms"],
-            trap_summary=HostTrapSummary(tuple((key, tuple(hashes)) for key, hashes in data.get("traps", ()))),
+            trap_summary=HostTrapSummary(tuple((key, tuple(hashes)) for key, hashes in data.get("traps", ())),
+                                         tuple(data.get("traps_counted", ()))),
             growth_since=growth_since, growth_urls=growth_urls, ip=data.get("ip"),
             bloom_epoch=data.get("bloom_epoch", 0),
+            signals=HostSignals.from_row(data["recrawl"]) if "recrawl" in data else NO_HOST,
+            draws=data.get("draws", 0), oldest_due=data.get("oldest_due", 0.0), gauge_epoch=data.get("gauge_epoch", 0),
+            quality=HostQuality.from_row(data.get("quality")),
         )
 
 
@@ -361,22 +458,24 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
           traps: TrapPolicy = DEFAULT_TRAP_POLICY) -> tuple[HostState, Admission]:
     """Admit one URL to its host's queue, or say why not (§2 invariants 2, 3, 6); `screen` comes first.
 
-    Dedup against the URL table first (a queued URL, or one finished within the crawl cycle, is SEEN;
-    a redirect target seen so is a REDIRECT_LOOP), then the host budget, the robots rules when known
-    (checked again at release), then the queue cap. `rules` is None while robots.txt is unknown or
-    unreachable. An admitted URL updates the host's session summary and its growth window.
+    Dedup against the URL table first (a queued URL, a scheduled one before its due time, or an
+    unscheduled one finished within the crawl cycle is SEEN; a redirect target seen so is a
+    REDIRECT_LOOP; decision 1112), then the host budget, the robots rules when known (checked again at
+    release), then the queue cap. `rules` is None while robots.txt is unknown or unreachable. An
+    admitted URL updates the host's session summary and its growth window; a known URL keeps its
+    recrawl history, and its validators and capture travel with it for a conditional GET.
     """
-    if record is not None and (record.status is UrlStatus.QUEUED or now - record.at < policy.recrawl_after_s):
+    if record is not None and _seen(record, now, policy):
         return state, Admission(Verdict.REDIRECT_LOOP if source == "redirect" else Verdict.SEEN)
     if record is None and state.url_count >= policy.max_urls_per_host:
         return state, Admission(Verdict.HOST_BUDGET)
     if rules is not None and state.robots is Robots.PARSED and not _allowed(rules, item.url, policy):
         return state, Admission(Verdict.ROBOTS_DISALLOWED)
-    queued = state.queued
+    queued = state.queued - state.recrawl_queued  # the recrawl lane is bounded by the URL table, not max_queue
     if queued + (1 if state.lease is not None and state.lease.kind == "page" else 0) >= policy.max_queue:
         return state, Admission(Verdict.QUEUE_FULL)
     if record is not None:  # a recrawl: send the validators for a conditional GET
-        item = replace(item, etag=record.etag, last_modified=record.last_modified)
+        item = replace(item, etag=record.etag, last_modified=record.last_modified, capture=record.capture)
     # one replace() per admitted URL: it is the costliest step of admission (measured)
     head, tail = state.queues[item.priority]
     changes: dict[str, Any] = {
@@ -384,7 +483,7 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         "url_count": state.url_count + (1 if record is None else 0),
         "trap_summary": state.trap_summary.with_url(item.url, traps),
     }
-    if state.robots is Robots.NONE and state.lease is None and queued == 0:
+    if state.robots is Robots.NONE and state.lease is None and state.queued == 0:
         changes["scheme"] = item.url.partition("://")[0]  # robots.txt goes over the first URL's scheme
     fast_growing = False
     if record is None:
@@ -393,9 +492,20 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         else:
             changes["growth_urls"] = state.growth_urls + 1
             fast_growing = changes["growth_urls"] == policy.fast_growth_urls + 1
-    new_record = UrlRecord(UrlStatus.QUEUED, now, item.etag, item.last_modified)
+    new_record = (UrlRecord(UrlStatus.QUEUED, now, item.etag, item.last_modified) if record is None
+                  else replace(record, status=UrlStatus.QUEUED, at=now))
     admission = Admission(Verdict.ADMITTED, slot_key(item.priority, tail), item, new_record, fast_growing)
     return replace(state, **changes), admission
+
+
+def _seen(record: UrlRecord, now: float, policy: FrontierPolicy) -> bool:
+    """Whether a known URL is still in its cycle: queued, scheduled and not yet due, or (unscheduled:
+    failures, redirects, rows from before recrawl) finished less than recrawl_after_s ago (decision 1112)."""
+    if record.status is UrlStatus.QUEUED:
+        return True
+    if record.due is not None:
+        return now < record.due
+    return now - record.at < policy.recrawl_after_s
 
 
 def _allowed(rules: RulesLike, url: str, policy: FrontierPolicy) -> bool:
@@ -418,10 +528,68 @@ def pop(state: HostState) -> tuple[HostState, int | None]:
     """Take the head slot of the highest non-empty priority (§1 per-host queue; None when all are empty)."""
     for priority, (head, tail) in enumerate(state.queues):
         if head < tail:
-            queues = list(state.queues)
-            queues[priority] = (head + 1, tail) if head + 1 < tail else (0, 0)
-            return replace(state, queues=tuple(queues)), slot_key(priority, head)
+            return _take(state, priority)
     return state, None
+
+
+def _take(state: HostState, index: int) -> tuple[HostState, int]:
+    head, tail = state.queues[index]
+    queues = list(state.queues)
+    queues[index] = (head + 1, tail) if head + 1 < tail else (0, 0)
+    return replace(state, queues=tuple(queues)), slot_key(index, head)
+
+
+def draw(seq: int, salt: int) -> float:
+    """A uniform number in [0, 1) from a counter (splitmix64): reproducible lane and tier choices that
+    need no random state beyond the host row's `draws` (decision 1111)."""
+    z = (seq * 0x9E3779B97F4A7C15 + salt * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
+
+
+def pop_lane(state: HostState, recrawl: RecrawlPolicy) -> tuple[HostState, int | None]:
+    """Take the next slot across both lanes (issue #6 "Capacity split", decision 1111): `split` picks
+    recrawl or discovery by `recrawl_share` when both have URLs (the one that has, otherwise); the
+    discovery lane serves its highest priority first, the recrawl lane a tier by `choose_tier` over
+    `tier_weights`, so no tier starves. None when both lanes are empty."""
+    discovery = [state.depth(p) > 0 for p in range(PRIORITIES)]
+    tiers = [state.depth(PRIORITIES + t) > 0 for t in range(RECRAWL_TIERS)]
+    seq = state.draws + 1
+    lane = split(recrawl.recrawl_share, draw(seq, 1), any(tiers), any(discovery))
+    if lane is None:
+        return state, None
+    state = replace(state, draws=seq)
+    if lane is Lane.DISCOVERY:
+        return _take(state, discovery.index(True))
+    weights = tier_weights(recrawl) + (0.0,) * (RECRAWL_TIERS - recrawl.tiers)
+    tier = choose_tier(weights, tiers, draw(seq, 2), recrawl.tier_floor)
+    assert tier is not None  # split() chose this lane because a tier is non-empty
+    return _take(state, PRIORITIES + tier)
+
+
+def recrawl_item(record: UrlRecord | None, url: str, fp: int, now: float,
+                 recrawl: RecrawlPolicy) -> QueueItem | None:
+    """The recrawl-lane item for a URL whose due bucket has come (issue #6 "Scheduling"; decision
+    1110), or None when the bucket entry is stale: the URL was queued meanwhile, is no longer DONE,
+    or was rescheduled for later. Its tier is `tier_of(value weight, urgency)`; it carries the
+    validators and the previous capture for a conditional GET."""
+    if (record is None or record.status is not UrlStatus.DONE or record.due is None or record.history is None
+            or record.history.last_fetch_at is None or now + 1e-3 < record.due):
+        return None
+    last = record.history.last_fetch_at
+    urgency = (now - last) / max(record.due - last, 1e-9)
+    tier = min(tier_of(value_weight(PageValue(depth=record.depth), recrawl), urgency, recrawl), RECRAWL_TIERS - 1)
+    return QueueItem(url, fp, record.depth, PRIORITIES + tier, 0, record.etag, record.last_modified, 0,
+                     record.capture)
+
+
+def push_recrawl(state: HostState, item: QueueItem, due: float) -> tuple[HostState, int]:
+    """Append a due URL to its recrawl tier (not capped by max_queue: the URL table bounds it) and
+    remember the lane's oldest due time for the `oldest_due_age_s` gauge."""
+    state, slot = push(state, item)
+    oldest = due if state.oldest_due == 0.0 else min(state.oldest_due, due)
+    return replace(state, oldest_due=oldest), slot
 
 
 # --- release -------------------------------------------------------------------------------------
@@ -474,6 +642,8 @@ def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
         request["etag"] = item.etag
         request["last_modified"] = item.last_modified
         request["redirect_hops"] = item.redirect_hops  # the writer sends a redirect target at hops + 1
+        if item.capture is not None:  # a 304 is archived as a revisit of this capture (decision 1113)
+            request["revisit_of"] = capture_dict(item.capture)
     return replace(state, lease=lease, lease_seq=seq), request
 
 
@@ -505,7 +675,7 @@ class Outcome:
     """What to do after a completion, robots result or lease expiry."""
 
     matched: bool                    # False: stale or unknown lease, ignored
-    record: UrlRecord | None = None  # URL-table row to write for `fp`
+    record: UrlRecord | None = None  # URL-table row to write for `fp`; its `due` set: schedule it
     fp: int | None = None
     requeue: QueueItem | None = None  # push again (the caller stores it at `slot`)
     slot: int | None = None
@@ -513,6 +683,9 @@ class Outcome:
     store_robots: str | None = None  # robots body (base64) to store; "" clears it; None keeps it
     robots_ok: bool = False          # robots.txt now known (2xx or 4xx)
     robots_failed: bool = False      # robots.txt unreachable (5xx, 429, timeout, network, expiry)
+    change: Change | None = None     # what a refetch saw (None: a first fetch, or one that says nothing)
+    recrawl: bool = False            # the lease was a recrawl-lane URL
+    url: str | None = None           # the leased URL (to put it in a due bucket when `record.due` is set)
 
 
 _RETRY_HEALTH = {Health.THROTTLED, Health.SERVER_ERROR, Health.TIMEOUT, Health.UNREACHABLE}
@@ -568,7 +741,9 @@ def pin_ip(request: FetchRequest, pins: dict[str, str]) -> FetchRequest:
 
 def on_completion(state: HostState, event: dict[str, Any], now: float,
                   policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
-                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
+                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
+                  previous: UrlRecord | None = None,
+                  recrawl: RecrawlPolicy | None = None) -> tuple[HostState, Outcome]:
     """End the page lease a `Completion` event names (§2 invariants 1, 3); never raises on a bad event.
 
     The host's clock restarts at `now` (the frontier's clock, not the fetcher's): next_allowed_at =
@@ -576,6 +751,8 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
     errors put the URL back (attempt + 1) until max_attempts, then park it; a 301/308 with a target
     is MOVED_PERMANENTLY, a 302/303/307 with one REDIRECTED (RFC 9110 §15.4; the target itself
     arrives as a discovered URL); anything else is DONE.
+    With a `recrawl` policy, a 2xx or 304 also updates the URL's history (`previous` is its row) and
+    schedules it (`recrawl_record`).
     """
     lease = state.lease
     if lease is None or lease.kind != "page" or event.get("lease_id") != lease.lease_id \
@@ -595,9 +772,40 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
     if moved is not None:
         return state, Outcome(True, UrlRecord(moved, now), lease.item.fp)
     etag, modified = event.get("etag"), event.get("last_modified")
-    record = UrlRecord(UrlStatus.DONE, now, etag if isinstance(etag, str) else None,
-                       modified if isinstance(modified, str) else None)
-    return state, Outcome(True, record, lease.item.fp)
+    etag, modified = etag if isinstance(etag, str) else None, modified if isinstance(modified, str) else None
+    if recrawl is not None and isinstance(http_status, int) and (200 <= http_status < 300 or http_status == 304):
+        state, record, change = recrawl_record(state, previous, lease.item, event, now, recrawl)
+        return state, Outcome(True, record, lease.item.fp, change=change, recrawl=lease.item.recrawl,
+                              url=lease.item.url)
+    record = UrlRecord(UrlStatus.DONE, now, etag, modified)
+    return state, Outcome(True, record, lease.item.fp, recrawl=lease.item.recrawl)
+
+
+def recrawl_record(state: HostState, previous: UrlRecord | None, item: QueueItem, event: dict[str, Any],
+                   now: float, recrawl: RecrawlPolicy) -> tuple[HostState, UrlRecord, Change | None]:
+    """The URL's DONE row after a 2xx or 304 (issue #6 "Per-URL history", "Scheduling"; decision 1110):
+    `observe` adds the fetch to its history, the host's signals learn the page's change rate, and
+    `next_due` (value from the depth, the host's signals) sets when it comes back. A 304 keeps the
+    capture it refers to; a response brings the new one. Never raises on a malformed event."""
+    history = previous.history if previous is not None and previous.history is not None else UrlHistory()
+    simhash, content_hash = event.get("simhash"), event.get("content_hash")
+    text = {k: v if isinstance(v, str) else None for k, v in
+            (("etag", event.get("etag")), ("last_modified", event.get("last_modified")))}
+    outcome = FetchOutcome(event["http_status"], content_hash if isinstance(content_hash, str) else None,
+                           simhash if isinstance(simhash, int) and not isinstance(simhash, bool) else None,
+                           text["etag"], text["last_modified"])
+    change = classify(history, outcome, recrawl) if history.last_fetch_at is not None else None
+    history = observe(history, now, outcome, recrawl)
+    value = PageValue(depth=item.depth)
+    signals = state.signals
+    if change is not None:
+        signals = signals.with_rate(change_rate(history, value, signals, recrawl))
+    due = next_due(history, value, now, recrawl, signals)
+    capture = coerce_capture(event.get("capture"))
+    if capture is None and previous is not None:
+        capture = previous.capture
+    record = UrlRecord(UrlStatus.DONE, now, history.etag, history.last_modified, history, due, capture, item.depth)
+    return replace(state, signals=signals), record, change
 
 
 _REDIRECT_STATUS = {301: UrlStatus.MOVED_PERMANENTLY, 308: UrlStatus.MOVED_PERMANENTLY,

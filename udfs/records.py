@@ -83,6 +83,12 @@ class Completion(TypedDict):
     redirect: str | None        # normalised Location target for 3xx
     retry_after: float | None   # seconds, from Retry-After on 429/503
     ip: NotRequired[str | None]  # the server address fetched from; the frontier remembers it for the IP gate
+    # The full capture a later revisit refers to (udfs.warc.RevisitTarget fields: record_id, target_uri,
+    # date, payload_digest): this fetch's response record, or the one its revisit referred to.
+    capture: NotRequired[dict[str, str | None] | None]
+    # Dedup's verdict on the page (issue #5), for the host's unique-content ratio (udfs.host_quality).
+    duplicate: NotRequired[bool]        # an exact duplicate of another URL's payload
+    near_duplicate: NotRequired[bool]   # within the SimHash distance of a page already seen
 
 
 class RobotsResult(TypedDict):
@@ -125,6 +131,8 @@ class FetchRequest(TypedDict):
     last_modified: NotRequired[str | None]
     redirect_hops: NotRequired[int]   # pages only: redirects followed to reach `url` (UrlEntry.redirect_hops)
     ip: NotRequired[str | None]   # the host's pinned or last known address (None: unknown); the IP gate's key
+    # Recrawls: the previous capture (Completion.capture); a 304 is archived as a revisit of it.
+    revisit_of: NotRequired[dict[str, str | None] | None]
 
 
 class FetchResult(TypedDict):
@@ -177,14 +185,21 @@ def encode(record: dict[str, Any]) -> bytes:
     return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
+def json_object(raw: bytes | str, what: str = "record") -> dict[str, Any]:
+    """One JSON object from a topic value or request body; raises ContractError saying what is wrong
+    (not JSON, nested too deep, or another JSON type), never another exception."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as exc:   # UnicodeDecodeError is a ValueError
+        raise ContractError(f"{what}: not JSON ({str(exc)[:120]})") from None
+    if not isinstance(value, dict):
+        raise ContractError(f"{what}: must be a JSON object, got {type(value).__name__}")
+    return value
+
+
 def decode_frontier_event(raw: bytes | str) -> dict[str, Any]:
     """Parse and check one `crawl.frontier` value; raises ContractError with the reason when malformed."""
-    try:
-        event = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ContractError(f"not JSON: {exc}") from None
-    if not isinstance(event, dict):
-        raise ContractError("event is not a JSON object")
+    event = json_object(raw, "event")
     version = event.get("v")
     if version != SCHEMA_VERSION:
         raise ContractError(f"unsupported schema version {version!r} (this release reads {SCHEMA_VERSION})")

@@ -28,9 +28,10 @@ Nothing here reads a clock or draws random numbers: callers pass `now` and `rand
 from __future__ import annotations
 
 import enum
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from udfs.simhash import hamming
@@ -151,8 +152,6 @@ class RecrawlPolicy:
     value_depth: float = 0.1
     value_min: float = 0.25
     value_max: float = 4.0
-    _changefreq: Mapping[str, float] = field(init=False, repr=False, compare=False)
-    _page_kind: Mapping[str, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         positive = ("min_interval_s", "max_interval_s", "budget_interval_s", "tier_ratio", "memory",
@@ -184,8 +183,17 @@ class RecrawlPolicy:
                              f"({self.value_min!r})")
         if not _finite(self.backoff_factor) or self.backoff_factor < 1:
             raise ValueError(f"recrawl.backoff_factor must be a finite number >= 1, got {self.backoff_factor!r}")
-        object.__setattr__(self, "_changefreq", self._rate_table("changefreq_per_day"))
-        object.__setattr__(self, "_page_kind", self._rate_table("page_kind_per_day"))
+        self._rate_table("changefreq_per_day")
+        self._rate_table("page_kind_per_day")
+
+    # Lookup tables, not fields: a policy's fields are its config keys (udfs.config prints and reads them).
+    @functools.cached_property
+    def _changefreq(self) -> Mapping[str, float]:
+        return self._rate_table("changefreq_per_day")
+
+    @functools.cached_property
+    def _page_kind(self) -> Mapping[str, float]:
+        return self._rate_table("page_kind_per_day")
 
     def _rate_table(self, name: str) -> Mapping[str, float]:
         table: dict[str, float] = {}

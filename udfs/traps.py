@@ -4,7 +4,11 @@ Every step is `(url, context) -> Verdict` over a URL already normalised by `udfs
 the chain is itself a step and stops at the first rejection (StormCrawler `URLFilter` chain). A step
 that raises rejects the URL with reason "filter_error": fail closed, never pass a URL on unchecked.
 The session-id rule reads a small per-host summary carried in the context; `HostTrapSummary.with_url`
-is the pure update the frontier applies after accepting a URL. Nothing here raises on hostile input.
+is the pure update the frontier applies after accepting a URL, and `HostTrapSummary.touched` the one
+it applies after a `session_id_churn` rejection: a rejection counts as use, so the summary forgets
+the least recently *used* session key first, not the paths that keep offering new session ids, and
+a key that leaves the detailed memory is still counted (decision 1803). Nothing here raises on
+hostile input.
 """
 from __future__ import annotations
 
@@ -81,14 +85,19 @@ REASONS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class HostTrapSummary:
-    """Per-host memory of the session-id rule: for recent session keys, hashes of the session values seen.
+    """Per-host memory of the session-id rule: per session key, the session values seen (decisions 0400, 1803).
 
-    entries: `(session_key, value_hashes)` pairs, most recently updated last; a plain typed row
-    that Flink state can hold. Bounded by `TrapPolicy.session_keys_per_host` keys and
-    `TrapPolicy.session_max_variants` hashes per key.
+    entries: `(session_key, value_hashes)` pairs, most recently used last (accepted by `with_url` or
+    rejected as churn, `touched`); bounded by `TrapPolicy.session_keys_per_host` keys, the least
+    recently used leaving first, and `TrapPolicy.session_max_variants` hashes per key.
+    counted: keys that left `entries`, each packed as `key_hash32 << 8 | values_admitted`, most
+    recently used last, bounded by `TrapPolicy.session_counted_keys`. A counted key keeps only how
+    many values it admitted, not which: the frontier's URL table already knows which URLs it has.
+    Both are plain typed values that Flink state can hold.
     """
 
     entries: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    counted: tuple[int, ...] = ()
 
     def variants(self, key: str) -> tuple[int, ...]:
         """The session-value hashes recorded for `key` (empty when unknown)."""
@@ -97,9 +106,20 @@ class HostTrapSummary:
                 return hashes
         return ()
 
-    def with_url(self, url: str, policy: TrapPolicy) -> HostTrapSummary:
-        """The summary after `url` was accepted (decision 0400); unchanged for URLs without a session parameter.
+    def admitted(self, key: str) -> int | None:
+        """How many values `key` admitted while it is in `counted` (None when it is not)."""
+        if self.counted:
+            own = _key_hash(key)
+            for packed in self.counted:
+                if packed >> 8 == own:
+                    return packed & 0xFF
+        return None
 
+    def with_url(self, url: str, policy: TrapPolicy) -> HostTrapSummary:
+        """The summary after `url` was accepted (decisions 0400, 1803); unchanged for URLs without a session parameter.
+
+        A key in `entries` records the value; a counted key counts one more; a new key enters
+        `entries`, and the least recently used key it pushes out is counted from then on.
         Never raises: a URL that does not split (which the chain rejects anyway) leaves it unchanged.
         """
         try:
@@ -109,10 +129,45 @@ class HostTrapSummary:
         if key is None:
             return self
         hashes = self.variants(key)
+        if not hashes and (count := self.admitted(key)) is not None:
+            own = _key_hash(key)
+            bumped = (own << 8) | min(count + 1, policy.session_max_variants)
+            return HostTrapSummary(self.entries, tuple(p for p in self.counted if p >> 8 != own) + (bumped,))
         if value_hash not in hashes and len(hashes) < policy.session_max_variants:
             hashes = hashes + (value_hash,)
-        others = tuple(e for e in self.entries if e[0] != key)
-        return HostTrapSummary((others + ((key, hashes),))[-policy.session_keys_per_host:])
+        kept = tuple(e for e in self.entries if e[0] != key) + ((key, hashes),)
+        cut = len(kept) - policy.session_keys_per_host
+        if cut <= 0:
+            return HostTrapSummary(kept, self.counted)
+        left = tuple((_key_hash(k) << 8) | len(h) for k, h in kept[:cut])
+        counted = self.counted + left
+        return HostTrapSummary(kept[cut:], counted[max(len(counted) - policy.session_counted_keys, 0):])
+
+    def touched(self, url: str) -> HostTrapSummary:
+        """The summary after the session-id rule rejected `url`: its key becomes the most recently used (decision 1803).
+
+        A rejection counts as use: a path whose new session ids keep being rejected stays remembered
+        while quieter paths are forgotten first, so its limit keeps holding. Values are not
+        recorded. Unchanged when `url` has no session parameter or its key is not remembered; never raises.
+        """
+        try:
+            key, _ = _session_parts(url)
+        except ValueError:
+            return self
+        if key is None or (self.entries and self.entries[-1][0] == key):
+            return self
+        entry = next((e for e in self.entries if e[0] == key), None)
+        if entry is not None:
+            return HostTrapSummary(tuple(e for e in self.entries if e[0] != key) + (entry,), self.counted)
+        own = _key_hash(key)
+        packed = next((p for p in self.counted if p >> 8 == own), None)
+        if packed is None or self.counted[-1] == packed:
+            return self
+        return HostTrapSummary(self.entries, tuple(p for p in self.counted if p != packed) + (packed,))
+
+
+def _key_hash(key: str) -> int:
+    return mmh3.hash(key, signed=False)
 
 
 EMPTY_SUMMARY = HostTrapSummary()
@@ -159,8 +214,12 @@ class TrapPolicy:
         this is a calendar trap (3,660: ten years).
     calendar_future_days: a page of a date further ahead than this is a calendar trap (366).
     calendar_params: query parameter names read as dates, lower case.
-    session_max_variants: distinct session values one path may show before new ones are churn (3).
-    session_keys_per_host: session keys remembered per host, oldest dropped first (64).
+    session_max_variants: distinct session values one path may show before new ones are churn (3; at most 255).
+    session_keys_per_host: session keys remembered with their values per host, least recently used
+        leaving first (64).
+    session_counted_keys: keys remembered per host after they leave those 64, as a 32-bit hash and
+        a count of admitted values only, least recently used forgotten first (512; 0 keeps none;
+        decision 1803: the synthetic web's big session trap churns about 190 paths at once).
     max_crawl_depth: most links followed from a seed (20, Heritrix's `TooManyHopsDecideRule` default).
     """
 
@@ -175,6 +234,7 @@ class TrapPolicy:
         "date", "day", "month", "year", "week", "ym", "yearmonth", "caldate", "cal_date"}))
     session_max_variants: int = 3
     session_keys_per_host: int = 64
+    session_counted_keys: int = 512
     max_crawl_depth: int = 20
 
     def __post_init__(self) -> None:
@@ -189,12 +249,14 @@ class TrapPolicy:
         minimums = {
             "max_url_length": 16, "max_path_depth": 1, "max_segment_repeats": 1, "max_query_params": 0,
             "calendar_past_days": 0, "calendar_future_days": 0, "session_max_variants": 1,
-            "session_keys_per_host": 1, "max_crawl_depth": 0,
+            "session_keys_per_host": 1, "session_counted_keys": 0, "max_crawl_depth": 0,
         }
         for name, low in minimums.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        if self.session_max_variants > 255:  # a counted key packs its count in 8 bits
+            raise ValueError(f"session_max_variants must be at most 255, got {self.session_max_variants!r}")
         params = self.calendar_params
         if isinstance(params, str) or not all(isinstance(p, str) and p and p == p.lower() for p in params):
             raise ValueError(f"calendar_params must be a set of non-empty lower-case names, got {params!r}")
@@ -374,6 +436,8 @@ def _session_churn(url: str, context: TrapContext, policy: TrapPolicy) -> str | 
         return None
     seen = context.summary.variants(key)
     if len(seen) >= policy.session_max_variants and value_hash not in seen:
+        return "session_id_churn"
+    if not seen and (context.summary.admitted(key) or 0) >= policy.session_max_variants:
         return "session_id_churn"
     return None
 

@@ -301,27 +301,32 @@ class WarcBuilder:
     def response(self, url: str, status: int, reason: str, headers: Fields, body: bytes, *,
                  date: datetime | float | None = None, ip: str | None = None,
                  truncated: str | None = None, warcinfo_id: str | None = None,
-                 concurrent_to: str | None = None, http_version: str = "HTTP/1.1") -> WarcRecord:
+                 concurrent_to: str | None = None, http_version: str = "HTTP/1.1",
+                 record_id: str | None = None) -> WarcRecord:
         """A response record (WARC 1.1 §6.3) with the de-chunked, decoded `body` as its payload.
 
         `headers` are the response headers as received, in order; `truncated` is the WARC-Truncated
-        reason when the fetcher capped the body. Never raises on hostile header names/values or body.
+        reason when the fetcher capped the body; `record_id` replaces the factory's id (dedup names
+        response records before they are built). Never raises on hostile header names/values or body.
         """
         _check_status(status, http_version)
         stored = stored_http_headers(headers, len(body))
         block = http_response_head(status, reason, stored, http_version) + body
         return self._record("response", block, CT_HTTP_RESPONSE, url=url, date=date, ip=ip,
                             warcinfo_id=warcinfo_id, concurrent_to=concurrent_to,
-                            truncated=truncated, payload=body, status=status, mime=_mime(stored))
+                            truncated=truncated, payload=body, status=status, mime=_mime(stored),
+                            record_id=record_id)
 
     def capture(self, url: str, request_headers: Fields, status: int, reason: str, headers: Fields,
                 body: bytes, *, date: datetime | float | None = None, ip: str | None = None,
                 truncated: str | None = None, warcinfo_id: str | None = None,
-                method: str = "GET", http_version: str = "HTTP/1.1") -> tuple[WarcRecord, WarcRecord]:
+                method: str = "GET", http_version: str = "HTTP/1.1",
+                response_id: str | None = None) -> tuple[WarcRecord, WarcRecord]:
         """A response and its request (WARC 1.1 §6.3-6.4), same date, the request concurrent to the response."""
         when = self.clock() if date is None else date   # one moment for both records
         response = self.response(url, status, reason, headers, body, date=when, ip=ip,
-                                 truncated=truncated, warcinfo_id=warcinfo_id, http_version=http_version)
+                                 truncated=truncated, warcinfo_id=warcinfo_id, http_version=http_version,
+                                 record_id=response_id)
         request = self.request(url, request_headers, method=method, date=when, ip=ip,
                                concurrent_to=response.record_id, warcinfo_id=warcinfo_id,
                                http_version=http_version)
@@ -379,9 +384,9 @@ class WarcBuilder:
                 truncated: str | None = None, payload: bytes | None = None,
                 payload_digest: str | None = None, status: int | None = None, mime: str | None = None,
                 profile: str | None = None, refers: RevisitTarget | None = None,
-                extra: Fields = ()) -> WarcRecord:
+                extra: Fields = (), record_id: str | None = None) -> WarcRecord:
         algorithm = self.policy.digest_algorithm
-        record_id = _check_id(self.ids())
+        record_id = _check_id(self.ids() if record_id is None else record_id)
         when = self._date(date)
         target = safe_uri(url) if url is not None else None
         fields: list[tuple[str, str]] = [("WARC-Type", warc_type), ("WARC-Record-ID", record_id),

@@ -1,6 +1,6 @@
 """What the integration tests share to run real Flink jobs in process: a folder-fed unbounded source
-for operator tests, a background collector of an operator's output, and the whole crawl job started on
-a MiniCluster against the session's Kafka broker."""
+for operator tests, a background collector of an operator's output, the frontier operator fed from
+folders, and the whole crawl job started on a MiniCluster against the session's Kafka broker."""
 from __future__ import annotations
 
 import itertools
@@ -10,10 +10,11 @@ import socket
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from pyflink.common import Configuration, Duration, WatermarkStrategy
@@ -24,7 +25,7 @@ from crawler import kafka_io
 from crawler.crawl import seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source, python_worker_settings
 from udfs.config import CrawlConfig
-from udfs.records import TOPIC_FRONTIER
+from udfs.records import TOPIC_FRONTIER, decode_frontier_event
 
 
 def free_port() -> int:
@@ -120,3 +121,51 @@ def start_crawl_job(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Pa
         client.cancel().result()
         raise
     return client, start_ms
+
+
+class FrontierJob(NamedTuple):
+    """A running frontier operator fed from folders: events in, requests out, counters over REST."""
+
+    feed: FolderFeed
+    results: queue.Queue
+    rest: str
+    controls: FolderFeed
+
+
+@contextmanager
+def frontier_job(folder: Path, frontier: Any, name: str) -> Iterator[FrontierJob]:
+    """The real frontier operator on a thread-mode MiniCluster (REST on a free loopback port, so a test
+    can read its counters): decoded crawl.frontier events from one folder, control records from another."""
+    from pyflink.common import Types
+
+    from operators.frontier import attach_frontier, broadcast_controls
+    from udfs.control import parse_control
+
+    (folder / "events").mkdir()
+    (folder / "controls").mkdir()
+    feed, control_feed = FolderFeed(folder / "events"), FolderFeed(folder / "controls")
+    rest_port = free_port()
+    env = thread_mode_env({"rest.bind-address": "127.0.0.1", "rest.port": str(rest_port),
+                           "metrics.fetcher.update-interval": "300"})
+    events = feed.source(env).map(decode_frontier_event).uid("decode").name("decode")
+    controls = (control_feed.source(env, uid="controls").map(lambda raw: parse_control(raw).to_record())
+                .uid("decode-controls").name("decode controls"))
+    requests = attach_frontier(events.key_by(lambda e: e["host"], key_type=Types.STRING()),
+                               broadcast_controls(controls), frontier)
+    with collected(requests, name) as results:
+        yield FrontierJob(feed, results, f"http://127.0.0.1:{rest_port}", control_feed)
+
+
+def frontier_counters(rest: str) -> dict[str, int]:
+    """The `frontier.*` metrics of the running job's frontier vertex, from the MiniCluster's REST API."""
+    def get(path: str):
+        with urllib.request.urlopen(rest + path, timeout=10) as response:
+            return json.load(response)
+    (job,) = [j for j in get("/jobs")["jobs"] if j["status"] == "RUNNING"]
+    vertex = next(v for v in get(f"/jobs/{job['id']}")["vertices"] if v["name"].startswith("frontier"))
+    base = f"/jobs/{job['id']}/vertices/{vertex['id']}/metrics"
+    names = [m["id"] for m in get(base) if ".frontier.frontier." in m["id"]]
+    if not names:
+        return {}
+    values = get(base + "?get=" + ",".join(names))
+    return {m["id"].rsplit(".", 1)[1]: int(float(m["value"])) for m in values}

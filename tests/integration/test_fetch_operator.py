@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import brotli
 import pytest
 
+from jobs.crawl import python_worker_settings
+
 from operators.fetch import FetchFunction, Fetcher
 from operators.resolver import GuardedResolver, ResolveFailure
 from udfs.fetch_status import header_value, redirect_target
@@ -421,8 +423,8 @@ def test_fetch_stage_in_a_minicluster_archives_pages_and_emits_every_event(web: 
 
     config = Configuration()
     config.set_string("python.execution-mode", "process")
-    config.set_string("python.executable", sys.executable)
-    config.set_string("python.client.executable", sys.executable)
+    for key, value in python_worker_settings(sys.executable).items():  # dedup runs in thread mode
+        config.set_string(key, value)
     env = StreamExecutionEnvironment.get_execution_environment(config)
     env.set_parallelism(1)
     denied = web.listeners[HOST_DENIED]

@@ -9,19 +9,16 @@ MiniCluster's REST API on loopback). The job is cancelled when the test ends.
 """
 from __future__ import annotations
 
-import json
 import queue
 import time
-import urllib.request
 import uuid
-from typing import NamedTuple
 
 import pytest
 
-from tests.integration.harness import FolderFeed, collected, free_port, next_output, thread_mode_env
+from tests.integration.harness import frontier_counters, next_output
 from tests.integration.harness import assert_quiet as quiet
-from udfs.control import parse_control
-from udfs.records import b64, decode_frontier_event
+from tests.integration.harness import frontier_job as start_frontier_job
+from udfs.records import b64
 from udfs.urls import url_fp
 
 pytestmark = pytest.mark.integration
@@ -32,52 +29,17 @@ LEASE_S = 3.0
 BACKOFF_S = 1.0
 
 
-class Job(NamedTuple):
-    feed: FolderFeed
-    results: queue.Queue
-    rest: str
-    controls: FolderFeed
-
-
 @pytest.fixture(scope="module")
 def frontier_job(tmp_path_factory):
-    from pyflink.common import Types
-
-    from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
+    from operators.frontier import FrontierFunction
     from udfs.frontier_logic import FrontierPolicy
     from udfs.politeness import PolitenessPolicy
 
-    feed = FolderFeed(tmp_path_factory.mktemp("frontier-events"))
-    control_feed = FolderFeed(tmp_path_factory.mktemp("frontier-controls"))
-    rest_port = free_port()
-    # the MiniCluster's REST API on loopback, so the test can read the operator's counters
-    env = thread_mode_env({"rest.bind-address": "127.0.0.1", "rest.port": str(rest_port),
-                           "metrics.fetcher.update-interval": "300"})
-    events = feed.source(env).map(decode_frontier_event).uid("decode").name("decode")
-    controls = (control_feed.source(env, uid="controls").map(lambda raw: parse_control(raw).to_record())
-                .uid("decode-controls").name("decode controls"))
     frontier = FrontierFunction(
         FrontierPolicy(lease_timeout_s=LEASE_S),
         PolitenessPolicy(default_delay_s=DELAY_S, min_delay_s=0.1, backoff_initial_s=BACKOFF_S))
-    requests = attach_frontier(events.key_by(lambda e: e["host"], key_type=Types.STRING()),
-                               broadcast_controls(controls), frontier)
-    with collected(requests, "frontier-test") as results:
-        yield Job(feed, results, f"http://127.0.0.1:{rest_port}", control_feed)
-
-
-def frontier_counters(rest: str) -> dict[str, int]:
-    """The `frontier.*` counters of the running job's frontier vertex, from the MiniCluster's REST API."""
-    def get(path: str):
-        with urllib.request.urlopen(rest + path, timeout=10) as response:
-            return json.load(response)
-    (job,) = [j for j in get("/jobs")["jobs"] if j["status"] == "RUNNING"]
-    vertex = next(v for v in get(f"/jobs/{job['id']}")["vertices"] if v["name"].startswith("frontier"))
-    base = f"/jobs/{job['id']}/vertices/{vertex['id']}/metrics"
-    names = [m["id"] for m in get(base) if ".frontier.frontier." in m["id"]]
-    if not names:
-        return {}
-    values = get(base + "?get=" + ",".join(names))
-    return {m["id"].rsplit(".", 1)[1]: int(float(m["value"])) for m in values}
+    with start_frontier_job(tmp_path_factory.mktemp("frontier"), frontier, "frontier-test") as job:
+        yield job
 
 
 def next_request(results: queue.Queue, timeout: float = 30.0) -> tuple[float, dict]:

@@ -5,6 +5,8 @@ import calendar
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from udfs.config import ConfigError, load_config
 from udfs.traps import (
@@ -53,6 +55,8 @@ def test_defaults_are_the_documented_limits() -> None:
     ("calendar_past_days", 1.5, "calendar_past_days"),
     ("session_max_variants", 0, "session_max_variants"),
     ("session_keys_per_host", 0, "session_keys_per_host"),
+    ("session_counted_keys", -1, "session_counted_keys must be an integer >= 0"),
+    ("session_max_variants", 256, "session_max_variants must be at most 255"),
     ("max_crawl_depth", "3", "max_crawl_depth"),
     ("calendar_params", frozenset({"Date"}), "lower-case"),
     ("calendar_params", "date", "calendar_params"),
@@ -221,6 +225,95 @@ def test_summary_is_unchanged_by_urls_without_session_parameters() -> None:
     assert HostTrapSummary(summary.entries) == summary  # a plain row: rebuilt from its fields
 
 
+def _crawl_session_links(urls: list[str], policy: TrapPolicy, rejections_count_as_use: bool) -> list[str | None]:
+    """The frontier's use of the summary: accepted URLs are recorded, churn rejections touch their key."""
+    summary, reasons = EMPTY_SUMMARY, []
+    for url in urls:
+        reason = _reason(url, TrapContext(NOW, summary=summary), policy)
+        if reason is None:
+            summary = summary.with_url(url, policy)
+        elif reason == "session_id_churn" and rejections_count_as_use:
+            summary = summary.touched(url)
+        reasons.append(reason)
+    return reasons
+
+
+def test_session_memory_keeps_a_churning_path_while_quieter_paths_come_and_go() -> None:
+    # Decision 1803: more session paths than the memory holds; one path offers a new id after every
+    # other path. Counting its rejections as use keeps it remembered, so its limit keeps holding.
+    policy = TrapPolicy(session_keys_per_host=2, session_max_variants=2, session_counted_keys=0)
+    urls = [H + "/hot?sid=0000aaaa1111", H + "/hot?sid=0001aaaa1111"]
+    for i in range(10):
+        urls += [H + f"/quiet{i}?sid={i:04d}bbbb2222", H + f"/hot?sid={i + 2:04d}aaaa1111"]
+    hot = [r for u, r in zip(urls, _crawl_session_links(urls, policy, True)) if "/hot?" in u]
+    assert hot == [None, None] + ["session_id_churn"] * 10
+    # Before the fix, only admissions counted as use: the hot path was forgotten and took new ids again.
+    before = [r for u, r in zip(urls, _crawl_session_links(urls, policy, False)) if "/hot?" in u]
+    assert before.count(None) > policy.session_max_variants
+
+
+def _round_robin(paths: int, rounds: int) -> list[str]:
+    """Every path offers a new session id in turn, round after round: more churning paths than the memory holds."""
+    return [H + f"/p{p}?sid={r:04d}{p:04d}abcd" for r in range(rounds) for p in range(paths)]
+
+
+def test_paths_that_left_the_memory_are_still_counted_when_more_paths_churn_than_it_holds() -> None:
+    # Decision 1803: the synthetic web's big session-trap host churns about 190 paths at once, so LRU
+    # over 64 keys thrashes and every path looks new each time. Counted keys keep the limit.
+    urls = _round_robin(paths=10, rounds=8)
+    policy = TrapPolicy(session_keys_per_host=4, session_max_variants=2)
+    accepted: dict[str, int] = {}
+    for url, reason in zip(urls, _crawl_session_links(urls, policy, True)):
+        accepted[url.split("?")[0]] = accepted.get(url.split("?")[0], 0) + (reason is None)
+    assert set(accepted.values()) == {2}
+    uncounted = TrapPolicy(session_keys_per_host=4, session_max_variants=2, session_counted_keys=0)
+    assert _crawl_session_links(urls, uncounted, True).count(None) == len(urls)  # forgotten before coming round
+
+
+def test_counted_keys_are_bounded_and_forget_the_least_recently_used_first() -> None:
+    policy = TrapPolicy(session_keys_per_host=1, session_max_variants=1, session_counted_keys=3)
+    summary = EMPTY_SUMMARY
+    for p in range(6):
+        summary = summary.with_url(H + f"/p{p}?sid=0000abcd{p:04d}", policy)
+    assert len(summary.entries) == 1 and len(summary.counted) == 3
+    keys = [session_key(H + f"/p{p}?sid=0000abcd0000") for p in range(6)]
+    assert [summary.admitted(k) for k in keys] == [None, None, 1, 1, 1, None]  # /p5 is in `entries`
+    touched = summary.touched(H + "/p2?sid=9999abcd0000")
+    assert touched.counted == summary.counted[1:] + summary.counted[:1] and touched.entries == summary.entries
+    assert touched.touched(H + "/p2?sid=9999abcd0000") is touched
+    # A counted key at its limit is churn for any value, even one it had: only the count is kept.
+    assert _reason(H + "/p3?sid=0000abcd0003", TrapContext(NOW, summary=summary), policy) == "session_id_churn"
+    assert _reason(H + "/p0?sid=0000abcd0000", TrapContext(NOW, summary=summary), policy) is None
+    assert HostTrapSummary(summary.entries, summary.counted) == summary  # a plain row: rebuilt from its fields
+
+
+def test_a_counted_key_below_its_limit_counts_each_admitted_value() -> None:
+    policy = TrapPolicy(session_keys_per_host=1, session_max_variants=3)
+    summary = EMPTY_SUMMARY.with_url(H + "/a?sid=0000abcd0001", policy).with_url(H + "/b?sid=0000abcd0001", policy)
+    key = session_key(H + "/a?sid=0000abcd0001")
+    assert summary.admitted(key) == 1
+    for i in (2, 3):
+        url = H + f"/a?sid=0000abcd000{i}"
+        assert _reason(url, TrapContext(NOW, summary=summary), policy) is None
+        summary = summary.with_url(url, policy)
+    assert summary.admitted(key) == 3 and [k for k, _ in summary.entries] == [session_key(H + "/b?sid=0000abcd0001")]
+    assert _reason(H + "/a?sid=0000abcd0004", TrapContext(NOW, summary=summary), policy) == "session_id_churn"
+
+
+def test_touched_moves_a_remembered_key_to_most_recent_and_records_no_value() -> None:
+    policy = TrapPolicy(session_keys_per_host=3)
+    summary = EMPTY_SUMMARY
+    for path in ("a", "b", "c"):
+        summary = summary.with_url(H + f"/{path}?sid=1234abcd5678", policy)
+    touched = summary.touched(H + "/a?sid=9999ffff0000")
+    assert [k.split("?")[0] for k, _ in touched.entries] == [H + "/b", H + "/c", H + "/a"]
+    assert touched.variants(session_key(H + "/a?sid=1234abcd5678")) == summary.entries[0][1]
+    assert touched.touched(H + "/a?sid=9999ffff0000") is touched                 # already the most recent
+    assert summary.touched(H + "/z?sid=9999ffff0000") is summary                 # not remembered
+    assert summary.touched(H + "/a?q=1") is summary                              # no session parameter
+    assert summary.touched("http://[::1/?sid=1234abcd5678") is summary           # does not split: unchanged
+
+
 # --- the chain ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -266,3 +359,32 @@ def test_policy_steps_choose_and_order_the_rules() -> None:
 def test_bad_context_fails_closed() -> None:
     assert check_url(H + "/", TrapContext(now_s="soon")).reason == "filter_error"  # type: ignore[arg-type]
     assert check_url(H + "/", None).reason == "filter_error"  # type: ignore[arg-type]
+
+
+# --- session memory bounds under any stream (decision 1803) ----------------------------------------
+
+_session_urls = st.builds(lambda path, q, sid: f"{H}/{path}?{q}sid={sid}",
+                          st.sampled_from([f"p{i}" for i in range(12)]), st.sampled_from(["", "q=1&", "q=2&"]),
+                          st.sampled_from([f"{i:04d}abcd{i % 7:04d}" for i in range(30)] + ["short"]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(urls=st.lists(_session_urls, max_size=80), keys=st.integers(1, 6), variants=st.integers(1, 4),
+       counted=st.integers(0, 40))
+def test_each_session_key_admits_at_most_its_variants_while_remembered(urls, keys, variants, counted) -> None:
+    policy = TrapPolicy(session_keys_per_host=keys, session_max_variants=variants, session_counted_keys=counted)
+    summary, admitted = EMPTY_SUMMARY, {}
+    for url in urls:
+        verdict = check_url(url, TrapContext(NOW, summary=summary), policy)
+        key = session_key(url)
+        if verdict.accepted:
+            summary = summary.with_url(url, policy)
+            if key is not None:
+                admitted.setdefault(key, set()).add(url)
+        elif verdict.reason == "session_id_churn":
+            summary = summary.touched(url)
+        assert len(summary.entries) <= keys and len(summary.counted) <= counted
+        assert all(len(h) <= variants for _, h in summary.entries)
+    # With room for every key (12 paths × 3 queries), no key ever gets more than its variants.
+    if keys + counted >= 36:
+        assert all(len(u) <= variants for u in admitted.values())

@@ -1,0 +1,776 @@
+"""`python -m bench.crawl_bench`: our crawler and Scrapy on the same synthetic web, side by side (issue #8).
+
+    python -m bench.crawl_bench --hosts 5000 --seconds 300 [--write]
+
+1. builds the web description (`--min-pages`/`--max-pages` size the sites) and measures the web
+   server's own capacity (`tests/synthweb/bench.py`, page GETs, gzip);
+2. starts a private stack (Kafka + Flink session cluster under .cache/bench-stack) and a fresh web
+   server, runs `jobs/crawl.py` through the `crawler crawl` machinery (WARC and Kafka publishing on),
+   samples CPU from /proc and Flink REST metrics, stops it with a savepoint, reads the topics back,
+   then stops the stack;
+3. starts another fresh web server on the same web and runs Scrapy (`bench/scrapy_crawl.py`) for the
+   same time in a subprocess;
+4. audits both request logs for politeness and prints the figures; `--write` also replaces the
+   section between the markers in BENCHMARKS.md and puts the plots under docs/img/.
+
+The measured window of each crawler starts `warm-up` seconds after its first request reached the
+web server and ends `--seconds` after that first request (docs/decisions/1501-crawl-bench-window.md).
+Everything runs inside a loopback-only network namespace (scripts/in-netns.sh).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+IMG_DIR = ROOT / "docs" / "img"
+BEGIN, END = "<!-- bench-crawl:begin -->", "<!-- bench-crawl:end -->"
+BENCH_STATE = ROOT / ".cache" / "bench-stack"
+WEB_ALLOW, WEB_DENY = ["127.0.0.0/8"], ["127.255.0.0/16"]  # the web is loopback; one range stays denied
+ROBOTS_PATHS = ("/robots.txt", "/robots-moved.txt")
+MAX_STARTUP_S = 180.0  # from `flink run` to the first request on the web, before the run is declared failed
+OURS, SCRAPY = "ours", "scrapy"
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """One benchmark run as asked for on the command line.
+
+    Defaults: 5,000 hosts of 40-400 pages (about 580,000 pages at seed 1), 300 s per crawler, warm-up
+    min(60 s, a fifth of the time), samples every 5 s, 10 s of server capacity measurement, Scrapy
+    with 1,000 concurrent requests.
+    """
+
+    hosts: int = 5000
+    seed: int = 1
+    seconds: float = 300.0
+    warmup_s: float | None = None
+    min_pages: int = 40
+    max_pages: int = 400
+    sample_every_s: float = 5.0
+    server_bench_s: float = 10.0
+    scrapy_concurrency: int = 1000
+    out: Path = ROOT / "bench" / "out" / "crawl"
+    overrides: tuple[str, ...] = ()
+    crawlers: tuple[str, ...] = (OURS, SCRAPY)
+
+    def __post_init__(self) -> None:
+        if self.hosts < 1:
+            raise ValueError(f"hosts must be at least 1, got {self.hosts}")
+        if self.seconds <= 0:
+            raise ValueError(f"seconds must be positive, got {self.seconds}")
+        if self.warmup_s is not None and not 0 <= self.warmup_s < self.seconds:
+            raise ValueError(f"warm-up must be in [0, seconds), got {self.warmup_s} for {self.seconds} s")
+        if not 1 <= self.min_pages <= self.max_pages:
+            raise ValueError(f"need 1 <= min_pages <= max_pages, got {self.min_pages}, {self.max_pages}")
+        if self.sample_every_s <= 0 or self.server_bench_s < 0:
+            raise ValueError("sample_every_s must be positive and server_bench_s not negative")
+        if self.scrapy_concurrency < 1:
+            raise ValueError(f"scrapy_concurrency must be at least 1, got {self.scrapy_concurrency}")
+        unknown = set(self.crawlers) - {OURS, SCRAPY}
+        if unknown or not self.crawlers:
+            raise ValueError(f"crawlers must be a non-empty subset of {OURS!r}, {SCRAPY!r}; got {self.crawlers}")
+
+    @property
+    def warmup(self) -> float:
+        """The warm-up actually used: the one given, or min(60 s, seconds / 5)."""
+        return self.warmup_s if self.warmup_s is not None else min(60.0, self.seconds / 5)
+
+
+# --- pure figure arithmetic ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Window:
+    """A span of monotonic time, [start, end]."""
+
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, self.end - self.start)
+
+    def __contains__(self, t: float) -> bool:
+        return self.start <= t <= self.end
+
+
+def measurement_window(first_request_at: float, seconds: float, warmup_s: float) -> Window:
+    """Spec: issue #8 "sustained pages/s (excluding warm-up)": from first request + warm-up to first + seconds."""
+    return Window(first_request_at + warmup_s, first_request_at + seconds)
+
+
+def is_robots_path(path: str) -> bool:
+    """Robots fetches (and the moved-robots redirect target) are not pages."""
+    return path.split("?", 1)[0] in ROBOTS_PATHS
+
+
+def page_request_ends(log: Iterable[Mapping[str, Any]]) -> list[float]:
+    """End times of the page requests in a server log (robots.txt and aborted requests excluded), sorted."""
+    return sorted(r["ended_at"] for r in log
+                  if r.get("event") == "request" and not r.get("aborted") and not is_robots_path(r["path"]))
+
+
+def first_request_at(log: Iterable[Mapping[str, Any]]) -> float | None:
+    """When the first request (of any kind) reached the server, or None for an untouched web."""
+    return min((r["started_at"] for r in log if r.get("event") == "request"), default=None)
+
+
+def count_in(times: Iterable[float], window: Window) -> int:
+    return sum(1 for t in times if t in window)
+
+
+def sustained_rate(times: Sequence[float], window: Window) -> float:
+    """Events per second inside the window (0 for an empty window)."""
+    return count_in(times, window) / window.seconds if window.seconds > 0 else 0.0
+
+
+def rate_series(times: Sequence[float], origin: float, until: float, bucket_s: float) -> list[tuple[float, float]]:
+    """Events per second in consecutive buckets from `origin`, as (bucket middle − origin, rate) points."""
+    if bucket_s <= 0:
+        raise ValueError(f"bucket_s must be positive, got {bucket_s}")
+    n = max(0, int((until - origin) // bucket_s))
+    counts = [0] * n
+    for t in times:
+        k = int((t - origin) // bucket_s)
+        if 0 <= k < n:
+            counts[k] += 1
+    return [((k + 0.5) * bucket_s, c / bucket_s) for k, c in enumerate(counts)]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One look at the running crawl: CPU seconds so far per process group and what the crawler reports."""
+
+    at: float
+    cpu_s: Mapping[str, float]
+    queue: float | None = None
+    busy_ms_per_s: Mapping[str, float] = field(default_factory=dict)
+
+
+def window_samples(samples: Sequence[Sample], window: Window) -> tuple[Sample, Sample] | None:
+    """The first and last samples inside the window (CPU is measured between them); None if under two."""
+    inside = [s for s in samples if s.at in window]
+    return (inside[0], inside[-1]) if len(inside) >= 2 else None
+
+
+def cpu_per_page(samples: Sequence[Sample], page_ends: Sequence[float], window: Window) -> dict[str, float] | None:
+    """CPU seconds per page for each process group, between the window's first and last samples.
+
+    Pages are those whose request ended between the same two samples, so CPU and pages cover the
+    same span. None when there are fewer than two samples in the window or no page in between.
+    """
+    pair = window_samples(samples, window)
+    if pair is None:
+        return None
+    a, b = pair
+    pages = count_in(page_ends, Window(a.at, b.at))
+    if pages == 0:
+        return None
+    return {group: (b.cpu_s.get(group, 0.0) - a.cpu_s.get(group, 0.0)) / pages for group in b.cpu_s}
+
+
+def mean_busy(samples: Sequence[Sample], window: Window) -> dict[str, float]:
+    """Average busyTimeMsPerSecond per Flink vertex over the samples inside the window."""
+    sums: dict[str, list[float]] = collections.defaultdict(list)
+    for s in samples:
+        if s.at in window:
+            for vertex, busy in s.busy_ms_per_s.items():
+                sums[vertex].append(busy)
+    return {vertex: statistics.fmean(values) for vertex, values in sums.items()}
+
+
+def politeness_ceiling(delays: Iterable[float | None]) -> float:
+    """Spec: issue #8 "the politeness ceiling (sum over hosts of 1/delay)"; None = a host not crawlable."""
+    return sum(1.0 / d for d in delays if d is not None and d > 0)
+
+
+def host_delay(crawl_delay: float | None, default_delay: float, min_delay: float) -> float:
+    """Our delay for a host: its robots Crawl-delay (not under our floor) if it has one, else our default."""
+    return max(min_delay, crawl_delay) if crawl_delay is not None else default_delay
+
+
+def percentiles(values: Sequence[float], points: Sequence[int] = (50, 90, 99)) -> dict[str, float]:
+    """{"p50": ..., ...} by the nearest-rank method; {} for no values."""
+    if not values:
+        return {}
+    ordered = sorted(values)
+    out: dict[str, float] = {}
+    for p in points:
+        rank = max(1, -(-p * len(ordered) // 100))  # ceil(p/100 · n), at least the first
+        out[f"p{p}"] = ordered[min(rank, len(ordered)) - 1]
+    return out
+
+
+def discovery_latencies(discovered: Iterable[tuple[int, Mapping[str, Any]]],
+                        published: Iterable[tuple[int, Mapping[str, Any]]]) -> list[float]:
+    """Seconds from a URL's first `discovered` event to its page on pages.parsed (Kafka timestamps, ms).
+
+    `discovered` is (timestamp, frontier event) pairs, `published` (timestamp, parsed page) pairs;
+    pages whose fingerprint was never announced (redirect targets) are left out.
+    """
+    first: dict[int, int] = {}
+    for ts, event in discovered:
+        if event.get("type") != "discovered":
+            continue
+        for entry in event.get("urls") or ():
+            fp = entry.get("fp")
+            if fp is not None and (fp not in first or ts < first[fp]):
+                first[fp] = ts
+    return [(ts - first[page["url_fp"]]) / 1000.0 for ts, page in published if page.get("url_fp") in first]
+
+
+def violation_counts(violations: Iterable[Any]) -> dict[str, int]:
+    """Violations by kind (audit.Violation objects), sorted by kind."""
+    return dict(sorted(collections.Counter(v.kind.value for v in violations).items()))
+
+
+def tree_cpu_s(table: Mapping[int, tuple[int, float]], root: int) -> float:
+    """CPU seconds of `root` and every descendant in a /proc table {pid: (ppid, cpu_s)}; 0 if gone.
+
+    Each entry's cpu_s already includes its reaped children (cutime), so processes that ended since
+    are not lost as long as their parent is in the tree.
+    """
+    if root not in table:
+        return 0.0
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for pid, (ppid, _) in table.items():
+        children[ppid].append(pid)
+    total, stack = 0.0, [root]
+    while stack:
+        pid = stack.pop()
+        total += table[pid][1]
+        stack.extend(children.get(pid, ()))
+    return total
+
+
+# --- markdown ------------------------------------------------------------------------------------------
+
+def _fmt(value: float | None, digits: int = 1, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}{unit}"
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 1000:,.2f} ms"
+
+
+def render_markdown(result: Mapping[str, Any]) -> str:
+    """The BENCHMARKS.md section (between the markers) for one result (as written to result.json)."""
+    crawlers: Mapping[str, Mapping[str, Any]] = result["crawlers"]
+    names = [n for n in (OURS, SCRAPY) if n in crawlers]
+    label = {OURS: "ours (Flink job)", SCRAPY: f"Scrapy {result.get('scrapy_version', '')}".strip()}
+    web, spec = result["web"], result["spec"]
+    lines = [BEGIN, "",
+             f"Generated by `{result['command']}` on {result['stamp']}: {result['machine']}. "
+             f"Load average before the run: {result['load_before']}.", "",
+             f"Web: {web['hosts']:,} hosts on {web['addresses']:,} addresses, {web['pages']:,} pages, "
+             f"{web['links_per_page']:.0f} link slots per page on average (real pages from webdata), seed "
+             f"{spec['seed']}, pages per host {spec['min_pages']}-{spec['max_pages']} (Pareto). Politeness: default "
+             f"delay {result['policy']['default_delay_s']:g} s (floor {result['policy']['min_delay_s']:g} s, "
+             f"robots Crawl-delay honoured by us), one request in flight per host and per address. Each crawler ran "
+             f"{spec['seconds']:g} s from its first request; the window excludes the first {spec['warmup_s']:g} s "
+             f"(warm-up).", "",
+             "| | " + " | ".join(label[n] for n in names) + " |",
+             "|---|" + "---|" * len(names)]
+
+    def row(title: str, cell: Callable[[Mapping[str, Any]], str]) -> None:
+        lines.append(f"| {title} | " + " | ".join(cell(crawlers[n]) for n in names) + " |")
+
+    row("page requests in the window", lambda c: f"{c['pages_in_window']:,}")
+    row("**sustained pages/s**", lambda c: f"**{_fmt(c['pages_per_s'])}**")
+    row("CPU per page, crawler processes", lambda c: _ms(c.get("cpu_per_page_s")))
+    row("CPU per page, by process", lambda c: ", ".join(
+        f"{g} {_ms(v)}" for g, v in (c.get("cpu_per_page_by_process") or {}).items()) or "n/a")
+    row("politeness violations", lambda c: f"{c['violations_total']:,}" + (
+        " (" + ", ".join(f"{k} {v:,}" for k, v in c["violations"].items()) + ")" if c["violations"] else ""))
+    row("robots.txt requests / all requests", lambda c: f"{c['robots_requests']:,} / {c['requests']:,}")
+    lines.append("")
+    if OURS in crawlers and SCRAPY in crawlers and crawlers[SCRAPY]["pages_per_s"] > 0:
+        ratio = crawlers[OURS]["pages_per_s"] / crawlers[SCRAPY]["pages_per_s"]
+        lines += [f"**Ours / Scrapy: {ratio:.2f}×** sustained pages/s (target ≥ 6×).", ""]
+    ceiling = result["ceiling"]
+    capacity = result.get("server_capacity") or {}
+    lines += [f"- Politeness ceiling of this web: {ceiling['ours']:,.0f} pages/s for us (Σ 1/delay over hosts "
+              f"whose robots.txt can be read), {ceiling['scrapy']:,.0f} for Scrapy (one slot per address at "
+              f"its DOWNLOAD_DELAY).",
+              f"- Web server capacity (`tests/synthweb/bench.py`, {capacity.get('connections', '?')} connections, "
+              f"gzip, {capacity.get('seconds', '?')} s): {_fmt(capacity.get('requests_per_s'))} pages/s, "
+              f"{_fmt(capacity.get('requests_per_server_cpu_s'))} pages per server CPU-second."]
+    stats = (crawlers.get(SCRAPY) or {}).get("stats") or {}
+    if stats:
+        lines.append(f"- Scrapy stayed on the synthetic web: its resolver ({stats.get('hostmap/resolver')}) answered "
+                     f"{stats.get('hostmap/addresses_answered')} addresses, outside 127.0.0.0/8: "
+                     f"{stats.get('hostmap/non_loopback_answers') or 'none'}; requests refused for hosts outside the "
+                     f"host map: {stats.get('hostmap/refused') or 0}; memory peak "
+                     f"{_fmt((stats.get('memusage/max') or 0) / 2**20, 0)} MiB.")
+    ours = crawlers.get(OURS)
+    if ours:
+        lat, fetch_lat = ours.get("discovery_latency_s") or {}, ours.get("fetch_latency_s") or {}
+        lines += [f"- Ours: WARC {_fmt(ours.get('warc_bytes_per_page'), 0)} bytes per fetched page "
+                  f"({ours.get('warc_bytes', 0):,} bytes, {ours.get('fetched', 0):,} fetches in the run); "
+                  f"savepoint {_fmt(ours.get('savepoint_bytes_per_url'), 0)} bytes per admitted URL.",
+                  "- Ours, latency discovery → publication (Kafka timestamps): "
+                  + (", ".join(f"{k} {v:,.1f} s" for k, v in lat.items()) or "n/a")
+                  + "; fetch → publication: " + (", ".join(f"{k} {v:,.2f} s" for k, v in fetch_lat.items()) or "n/a") + "."]
+        busy = ours.get("busy_ms_per_s") or {}
+        if busy:
+            pps = ours["pages_per_s"] or None
+            lines += ["", "| Flink vertex (chain) | busy ms/s | busy ms per page |", "|---|---|---|"]
+            lines += [f"| {v} | {b:,.0f} | {_fmt(b / pps if pps else None, 2)} |"
+                      for v, b in sorted(busy.items(), key=lambda kv: -kv[1])]
+    plots = result.get("plots") or {}
+    if plots:
+        lines += [""] + [f"![{name}]({path})" for name, path in plots.items()]
+    lines += ["", "CPU is read from /proc (user + system, each process with its descendants); crawler "
+              "processes are the TaskManager (with its Python workers), JobManager and Kafka for us, the "
+              "Scrapy process for Scrapy; the web server is reported apart. Violations come from "
+              "`tests/synthweb/audit.py` over each server's request log (per-address limit 1, floor "
+              f"{result['policy']['min_delay_s']:g} s, robots Crawl-delay, Retry-After).", "", END]
+    return "\n".join(lines)
+
+
+def replace_section(text: str, section: str) -> str:
+    """`text` with the part between the markers replaced by `section` (appended when absent)."""
+    if BEGIN not in text or END not in text:
+        return text.rstrip("\n") + "\n\n## Crawl benchmark: ours vs Scrapy (`bench/crawl_bench.py`)\n\n" + section + "\n"
+    return re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
+
+
+# --- measuring: /proc, Flink REST, Kafka ---------------------------------------------------------------
+
+def proc_table() -> dict[int, tuple[int, float]]:
+    """{pid: (ppid, utime + stime + cutime + cstime in seconds)} of every process now."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[int, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        out[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]) / tick)
+    return out
+
+
+class Sampler:
+    """Takes a `Sample` of named process trees (and whatever `extra` reports) when asked."""
+
+    def __init__(self, roots: Mapping[str, int | None], extra: Callable[[], tuple[float | None, dict[str, float]]]):
+        self.roots = {name: pid for name, pid in roots.items() if pid is not None}
+        self.extra = extra
+        self.samples: list[Sample] = []
+
+    def take(self) -> Sample:
+        table = proc_table()
+        queue, busy = self.extra()
+        sample = Sample(time.monotonic(), {name: tree_cpu_s(table, pid) for name, pid in self.roots.items()},
+                        queue, busy)
+        self.samples.append(sample)
+        return sample
+
+
+def flink_extra(stack: Any, job_id: str) -> Callable[[], tuple[float | None, dict[str, float]]]:
+    """Frontier queue (admitted + requeued − released) and busyTimeMsPerSecond per vertex, from REST."""
+    from crawler.crawl import frontier_metrics
+
+    def read() -> tuple[float | None, dict[str, float]]:
+        m = frontier_metrics(stack, job_id)
+        queue = m["admitted"] + m.get("requeued", 0.0) - m.get("released", 0.0) if "admitted" in m else None
+        busy: dict[str, float] = {}
+        for vertex in (stack.flink.rest(f"/jobs/{job_id}") or {}).get("vertices", []):
+            got = stack.flink.rest(f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics"
+                                   "?get=busyTimeMsPerSecond&agg=sum") or []
+            for metric in got:
+                if metric.get("id") == "busyTimeMsPerSecond" and metric.get("sum") is not None:
+                    busy[vertex["name"][:80]] = float(metric["sum"])
+        return queue, busy
+    return read
+
+
+PAGE_FIELDS = ("url_fp", "fetched_at", "content_hash", "near_duplicate_of")
+
+
+def slim_page(page: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of a pages.parsed record the figures use (pages carry up to 200,000 characters of text)."""
+    return {k: page.get(k) for k in PAGE_FIELDS}
+
+
+def slim_frontier_event(event: Mapping[str, Any]) -> dict[str, Any]:
+    """A crawl.frontier event without what the figures do not use (the URLs of discovered batches)."""
+    if event.get("type") != "discovered":
+        return dict(event)
+    return {**event, "urls": [{"fp": u.get("fp")} for u in event.get("urls") or ()]}
+
+
+def timed_records(bootstrap: str, topic: str, since_ms: int, slim: Callable[[dict[str, Any]], dict[str, Any]],
+                  timeout_s: float = 600.0) -> list[tuple[int, dict[str, Any]]]:
+    """(Kafka timestamp ms, `slim`(decoded JSON value)) of every record of `topic` at or after `since_ms`."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from crawler import kafka_io
+
+    partitions = kafka_io.list_topics(bootstrap).get(topic, 0)
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"crawl-bench-{time.time_ns()}",
+                         "enable.auto.commit": False, "enable.partition.eof": True})
+    out: list[tuple[int, dict[str, Any]]] = []
+    try:
+        consumer.assign(consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in range(partitions)],
+                                                   timeout=30))
+        at_end: set[int] = set()
+        deadline = time.monotonic() + timeout_s
+        while len(at_end) < partitions and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition())
+                continue
+            at_end.discard(msg.partition())
+            out.append((msg.timestamp()[1], slim(json.loads(msg.value()))))
+    finally:
+        consumer.close()
+    return out
+
+
+def _dir_bytes(path: Path, pattern: str = "*") -> int:
+    return sum(p.stat().st_size for p in path.rglob(pattern) if p.is_file()) if path.exists() else 0
+
+
+# --- the runs --------------------------------------------------------------------------------------------
+
+@dataclass
+class CrawlRun:
+    """What one crawler's run left behind: the server log, samples and crawler-specific figures."""
+
+    log: list[dict[str, Any]]
+    samples: list[Sample]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _wait_first_request(log_path: Path) -> float | None:
+    """The first request's start time in a growing JSON-lines log, or None while there is none."""
+    if not log_path.exists():
+        return None
+    with log_path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if '"event":"request"' in line:
+                try:
+                    return float(json.loads(line)["started_at"])
+                except (ValueError, KeyError):
+                    return None
+    return None
+
+
+def _sample_until(sampler: Sampler, log_path: Path, seconds: float, every: float, started: float,
+                  alive: Callable[[], bool], progress: Callable[[str], None]) -> None:
+    """Sample every `every` s until `seconds` after the first request, or until the crawler ends."""
+    first: float | None = None
+    while True:
+        sample = sampler.take()
+        first = first or _wait_first_request(log_path)
+        now = time.monotonic()
+        if first is None and now - started > MAX_STARTUP_S:
+            raise RuntimeError(f"no request reached the web within {MAX_STARTUP_S:.0f} s")
+        if first is not None and now >= first + seconds:
+            return
+        if not alive():
+            if first is None:
+                raise RuntimeError("the crawler ended before its first request")
+            progress("  the crawler ended before its time was up")
+            return
+        progress(f"  [{now - started:5.0f} s] CPU of sampled processes {sum(sample.cpu_s.values()):7.1f} s, queue {sample.queue}")
+        time.sleep(min(every, max(0.05, (first + seconds - now) if first else every)))
+
+
+def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]) -> CrawlRun:
+    """Our crawler via the `crawler crawl` machinery on a private stack; the stack is stopped after."""
+    from crawler import kafka_io
+    from crawler.crawl import (RunSpec, frontier_metrics, read_seed_file, seed_events, stop_with_savepoint,
+                               submit, summarize)
+    from crawler.stack import Stack, StackConfig
+    from tests.synthweb.server import SyntheticWebProcess
+    from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES
+
+    out = spec.out / OURS
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "web").mkdir(parents=True)
+    stack = Stack(StackConfig(state_dir=BENCH_STATE))
+    progress("ours: starting Kafka and Flink (private stack under .cache/bench-stack) ...")
+    stack.up()
+    try:
+        with SyntheticWebProcess(spec.hosts, spec.seed, out / "web", policy_file=policy_file, prewarm=True) as web:
+            run_spec = RunSpec(seeds=read_seed_file(web.seeds), out=out, host_map=web.host_map,
+                               allow_networks=WEB_ALLOW, deny_networks=WEB_DENY, config_file=None,
+                               overrides=list(spec.overrides), duration_s=spec.seconds)
+            (out / "warc").mkdir(parents=True, exist_ok=True)
+            events, _ = seed_events(run_spec.seeds)
+            started = time.monotonic()
+            start_ms = int(time.time() * 1000)
+            job_id = submit(stack, run_spec, start_ms, job_name=f"crawl-bench {spec.hosts} hosts")
+            kafka_io.produce(stack.kafka.bootstrap, TOPIC_FRONTIER, events)
+            progress(f"ours: job {job_id} submitted, {len(events)} seed hosts sent")
+            sampler = Sampler({"taskmanager": stack.flink.taskmanager.pid(), "jobmanager": stack.flink.jobmanager.pid(),
+                               "kafka": stack.kafka.pid(), "web server": web.pid}, flink_extra(stack, job_id))
+
+            def alive() -> bool:  # a restarting job is still alive; MAX_STARTUP_S bounds one that never fetches
+                return (stack.flink.rest(f"/jobs/{job_id}") or {}).get("state") not in ("FAILED", "CANCELED", "FINISHED")
+
+            _sample_until(sampler, web.log_path, spec.seconds, spec.sample_every_s, started, alive, progress)
+            sampler.take()
+            metrics = frontier_metrics(stack, job_id)  # before the stop drains the job
+            savepoint = stop_with_savepoint(stack, job_id, (out / "savepoints").resolve())
+            progress(f"ours: stopped; savepoint {savepoint}; reading the topics back ...")
+            pages = timed_records(stack.kafka.bootstrap, TOPIC_PAGES, start_ms, slim_page)
+            frontier = timed_records(stack.kafka.bootstrap, TOPIC_FRONTIER, start_ms, slim_frontier_event)
+        log = web.request_log()
+    finally:
+        progress("ours: stopping the private stack")
+        stack.down()
+    summary = summarize([p for _, p in pages], [e for _, e in frontier], time.monotonic() - started, metrics)
+    warc_bytes = _dir_bytes(out / "warc", "*.warc.gz")
+    savepoint_bytes = _dir_bytes(out / "savepoints")
+    admitted = metrics.get("admitted", 0.0)
+    extra = {
+        "job_id": job_id, "fetched": summary["fetched"], "published": summary["published"],
+        "by_status": summary["by_status"], "warc_bytes": warc_bytes,
+        "warc_bytes_per_page": warc_bytes / summary["fetched"] if summary["fetched"] else None,
+        "savepoint_bytes": savepoint_bytes,
+        "savepoint_bytes_per_url": savepoint_bytes / admitted if admitted else None,
+        "frontier_metrics": metrics,
+        "discovery_latency_s": percentiles(discovery_latencies(frontier, pages)),
+        "fetch_latency_s": percentiles([ts / 1000.0 - p["fetched_at"] for ts, p in pages if p.get("fetched_at")]),
+    }
+    return CrawlRun(log, sampler.samples, extra)
+
+
+def run_scrapy(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]) -> CrawlRun:
+    """Scrapy (bench/scrapy_crawl.py) in a subprocess on a fresh server of the same web."""
+    from bench.scrapy_crawl import SAMPLES_FILE, STATS_FILE
+    from tests.synthweb.server import SyntheticWebProcess
+
+    out = spec.out / SCRAPY
+    shutil.rmtree(out, ignore_errors=True)
+    (out / "web").mkdir(parents=True)
+    with SyntheticWebProcess(spec.hosts, spec.seed, out / "web", policy_file=policy_file, prewarm=True) as web:
+        # CLOSESPIDER_TIMEOUT counts from spider open; a few seconds more cover the start-up before the
+        # first request, so the window (first request + seconds) is crawled to its end.
+        cmd = [sys.executable, "-m", "bench.scrapy_crawl", "--seeds", str(web.seeds), "--host-map", str(web.host_map),
+               "--seconds", str(spec.seconds + 5), "--out", str(out), "--concurrency", str(spec.scrapy_concurrency),
+               "--sample-every", str(spec.sample_every_s), *(a for pair in spec.overrides for a in ("--set", pair))]
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        samples_file = out / SAMPLES_FILE
+
+        def scheduler_depth() -> tuple[float | None, dict[str, float]]:
+            lines = samples_file.read_text().splitlines() if samples_file.exists() else []
+            return (json.loads(lines[-1]).get("scheduled") if lines else None), {}
+
+        sampler = Sampler({"scrapy": proc.pid, "web server": web.pid}, scheduler_depth)
+        progress(f"scrapy: pid {proc.pid}")
+        try:
+            _sample_until(sampler, web.log_path, spec.seconds, spec.sample_every_s, started,
+                          lambda: proc.poll() is None, progress)
+            sampler.take()
+            proc.wait(timeout=120)  # the spider closes on its own timeout; in-flight requests end within 10 s
+        except subprocess.TimeoutExpired:
+            progress("scrapy: did not close in 120 s after its time; interrupting it")
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        log = web.request_log()
+    stats = json.loads((out / STATS_FILE).read_text()) if (out / STATS_FILE).exists() else {}
+    keep = ("bench/pages", "bench/cpu_s", "bench/dropped_at_close", "finish_reason", "hostmap/refused",
+            "hostmap/allowed", "hostmap/addresses_answered", "hostmap/non_loopback_answers",
+            "hostmap/resolver", "hostmap/resolver_refused", "downloader/request_count",
+            "robotstxt/forbidden", "memusage/max")
+    return CrawlRun(log, sampler.samples, {"stats": {k: stats.get(k) for k in keep}})
+
+
+# --- putting it together ----------------------------------------------------------------------------------
+
+def describe_web(web: Any, corpus: Any) -> dict[str, Any]:
+    """Counts of the web: hosts, addresses, pages, and the mean link slots per page over the pages served."""
+    sources = collections.Counter(p.source for h in web.hosts for p in h.pages)
+    links = {i: corpus.template(i).n_links for i in sources}
+    pages = sum(sources.values())
+    return {"hosts": len(web.hosts), "addresses": len(web.by_ip), "pages": pages,
+            "links_per_page": sum(links[i] * n for i, n in sources.items()) / pages}
+
+
+def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, min_delay: float,
+                    crawler_groups: Sequence[str]) -> dict[str, Any]:
+    """The figures of one crawler from its server log and samples, plus its audit."""
+    from tests.synthweb.audit import audit_politeness
+
+    first = first_request_at(run.log)
+    if first is None:
+        raise RuntimeError("the crawler made no request")
+    window = measurement_window(first, spec.seconds, spec.warmup)
+    ends = page_request_ends(run.log)
+    per_page = cpu_per_page(run.samples, ends, window)
+    crawler_cpu = sum(per_page[g] for g in crawler_groups if g in per_page) if per_page else None
+    violations = audit_politeness(run.log, web, user_agent=user_agent, ip_limit=1, min_delay=min_delay)
+    requests = [r for r in run.log if r.get("event") == "request"]
+    return {
+        "pages_in_window": count_in(ends, window), "pages_per_s": sustained_rate(ends, window),
+        "window_s": window.seconds, "requests": len(requests),
+        "robots_requests": sum(1 for r in requests if is_robots_path(r["path"])),
+        "cpu_per_page_s": crawler_cpu, "cpu_per_page_by_process": per_page,
+        "violations": violation_counts(violations), "violations_total": len(violations),
+        "violation_examples": [f"{v.kind.value} {v.host}{v.path}: {v.detail}" for v in violations[:5]],
+        "busy_ms_per_s": mean_busy(run.samples, window),
+        "throughput_series": rate_series(ends, first, first + spec.seconds, max(spec.sample_every_s, 5.0)),
+        "queue_series": [(s.at - first, s.queue) for s in run.samples if s.queue is not None and s.at >= first],
+        **run.extra,
+    }
+
+
+def _machine() -> str:
+    model = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem = next((int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                if line.startswith("MemTotal")), 0)
+    return f"{os.cpu_count()} cores ({model}), {mem / 2**20:.0f} GiB, Python {platform.python_version()}"
+
+
+def run(spec: BenchSpec, command: str, progress: Callable[[str], None] = print) -> dict[str, Any]:
+    """The whole benchmark; returns the result (also written to `out/result.json`)."""
+    from importlib.metadata import version
+
+    from tests.synthweb.audit import robots_rules
+    from tests.synthweb.bench import run_bench
+    from tests.synthweb.generate import build_web, default_corpus
+    from tests.synthweb.model import WebPolicy, policy_to_dict
+    from udfs.config import load_config
+
+    config = load_config("", list(spec.overrides))
+    politeness, agent = config.politeness, config.frontier.robots_agent
+    spec.out.mkdir(parents=True, exist_ok=True)
+    load_before = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    policy = WebPolicy(min_pages=spec.min_pages, max_pages=spec.max_pages)
+    policy_file = spec.out / "web-policy.json"
+    policy_file.write_text(json.dumps(policy_to_dict(policy)))
+    progress(f"web: building {spec.hosts} hosts ...")
+    web = build_web(spec.hosts, spec.seed, policy)
+    rules = robots_rules(web)
+    delays = [None if r is None else host_delay(r.crawl_delay(agent), politeness.default_delay_s,
+                                                politeness.min_delay_s) for r in rules.values()]
+    crawlable_ips = {h.ip for h in web.hosts if rules[h.name] is not None}
+    result: dict[str, Any] = {
+        "command": command, "stamp": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": _machine(), "load_before": load_before, "scrapy_version": version("scrapy"),
+        "spec": {"hosts": spec.hosts, "seed": spec.seed, "seconds": spec.seconds, "warmup_s": spec.warmup,
+                 "min_pages": spec.min_pages, "max_pages": spec.max_pages, "overrides": list(spec.overrides)},
+        "policy": {"default_delay_s": politeness.default_delay_s, "min_delay_s": politeness.min_delay_s},
+        "web": describe_web(web, default_corpus()),
+        "ceiling": {"ours": politeness_ceiling(delays),
+                    "scrapy": politeness_ceiling([politeness.default_delay_s] * len(crawlable_ips))},
+        "crawlers": {},
+    }
+    if spec.server_bench_s > 0:
+        progress(f"web server capacity: {spec.server_bench_s:g} s ...")
+        capacity_policy = spec.out / "web-policy-capacity.json"
+        capacity_policy.write_text(json.dumps({**policy_to_dict(policy), "behaviour_share": 0.0}))
+        result["server_capacity"] = run_bench(spec.hosts, spec.seed, spec.server_bench_s, 16, True,
+                                              str(capacity_policy), prewarm=True)
+    runners = {OURS: (run_ours, ("taskmanager", "jobmanager", "kafka")), SCRAPY: (run_scrapy, ("scrapy",))}
+    for name in spec.crawlers:
+        runner, groups = runners[name]
+        crawl = runner(spec, policy_file, progress)
+        progress(f"{name}: auditing {len(crawl.log):,} log records ...")
+        result["crawlers"][name] = crawler_figures(crawl, spec, web, agent, politeness.min_delay_s, groups)
+    (spec.out / "result.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    return result
+
+
+def make_plots(result: dict[str, Any], folder: Path, link_base: Path) -> dict[str, str]:
+    """Throughput and queue-depth PNGs in `folder`; returns {title: path relative to `link_base`}."""
+    from bench.plots import plot_lines
+
+    crawlers = result["crawlers"]
+    warmup = [(result["spec"]["warmup_s"], "end of warm-up")]
+    made = {
+        "throughput": plot_lines(folder / "crawl-bench-throughput.png", "Pages per second (server log)",
+                                 "pages/s", {n: c["throughput_series"] for n, c in crawlers.items()}, warmup),
+        "queue depth": plot_lines(folder / "crawl-bench-queue.png",
+                                  "Queue depth (ours: frontier admitted − released; Scrapy: scheduler)",
+                                  "URLs", {n: c["queue_series"] for n, c in crawlers.items()}, warmup),
+    }
+    return {name: os.path.relpath(path, link_base) for name, path in made.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if os.environ.get("CRAWLER_IN_NETNS") != "1":  # re-run ourselves with loopback as the only network
+        os.execv(str(ROOT / "scripts" / "in-netns.sh"),
+                 [str(ROOT / "scripts" / "in-netns.sh"), sys.executable, "-m", "bench.crawl_bench",
+                  *(argv if argv is not None else sys.argv[1:])])
+    spec = BenchSpec(hosts=args.hosts, seed=args.seed, seconds=args.seconds, warmup_s=args.warmup,
+                     min_pages=args.min_pages, max_pages=args.max_pages, sample_every_s=args.sample_every,
+                     server_bench_s=args.server_bench_seconds, scrapy_concurrency=args.scrapy_concurrency,
+                     out=args.out.resolve(), overrides=tuple(args.overrides), crawlers=tuple(args.crawler or (OURS, SCRAPY)))
+    command = "python -m bench.crawl_bench " + " ".join(argv if argv is not None else sys.argv[1:])
+    result = run(spec, command, progress=lambda line: print(line, flush=True))
+    plot_dir, link_base = (IMG_DIR, ROOT) if args.write else (spec.out, spec.out)
+    result["plots"] = make_plots(result, plot_dir, link_base)
+    section = render_markdown(result)
+    (spec.out / "section.md").write_text(section + "\n")
+    print(section)
+    if args.write:
+        BENCHMARKS.write_text(replace_section(BENCHMARKS.read_text(), section))
+        print(f"wrote {BENCHMARKS} and {IMG_DIR}/crawl-bench-*.png")
+    ours = result["crawlers"].get(OURS)
+    if ours and ours["violations_total"]:
+        print(f"FAIL: our crawler committed {ours['violations_total']} politeness violations: "
+              f"{ours['violations']}; first: {ours['violation_examples']}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    d = BenchSpec()
+    p = argparse.ArgumentParser(prog="python -m bench.crawl_bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--hosts", type=int, default=d.hosts)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seconds", type=float, default=d.seconds, help="crawl time of each crawler")
+    p.add_argument("--warmup", type=float, help="seconds left out at the start (default min(60, seconds/5))")
+    p.add_argument("--min-pages", type=int, default=d.min_pages)
+    p.add_argument("--max-pages", type=int, default=d.max_pages)
+    p.add_argument("--sample-every", type=float, default=d.sample_every_s)
+    p.add_argument("--server-bench-seconds", type=float, default=d.server_bench_s, help="0 skips it")
+    p.add_argument("--scrapy-concurrency", type=int, default=d.scrapy_concurrency)
+    p.add_argument("--crawler", action="append", choices=(OURS, SCRAPY), help="run only these (repeatable)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="our configuration overrides (also used to derive Scrapy's settings)")
+    p.add_argument("--out", type=Path, default=d.out)
+    p.add_argument("--write", action="store_true", help="replace the section in BENCHMARKS.md, plots in docs/img/")
+    return p
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,306 @@
+"""The pure parts of the crawl benchmark: figure arithmetic, markdown, Scrapy settings from our policy."""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from bench import crawl_bench as cb
+from bench import scrapy_crawl as sc
+from tests.synthweb.audit import Violation, ViolationKind
+from udfs.config import load_config
+
+
+def _req(path: str, started: float, ended: float, aborted: bool = False) -> dict:
+    return {"event": "request", "path": path, "started_at": started, "ended_at": ended, "aborted": aborted}
+
+
+# --- spec ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"hosts": 0}, "hosts"),
+    ({"seconds": 0}, "seconds"),
+    ({"seconds": 60, "warmup_s": 60}, "warm-up"),
+    ({"min_pages": 10, "max_pages": 5}, "min_pages"),
+    ({"sample_every_s": 0}, "sample_every_s"),
+    ({"scrapy_concurrency": 0}, "scrapy_concurrency"),
+    ({"crawlers": ("ours", "heritrix")}, "crawlers"),
+    ({"crawlers": ()}, "crawlers"),
+])
+def test_bench_spec_rejects_bad_values_naming_them(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        cb.BenchSpec(**kwargs)
+
+
+@pytest.mark.parametrize("seconds, given, expected", [(300, None, 60.0), (60, None, 12.0), (1000, None, 60.0),
+                                                      (60, 5.0, 5.0), (60, 0.0, 0.0)])
+def test_warmup_defaults_to_a_fifth_capped_at_a_minute(seconds: float, given: float | None, expected: float) -> None:
+    assert cb.BenchSpec(seconds=seconds, warmup_s=given).warmup == expected
+
+
+# --- windows and rates -----------------------------------------------------------------------------------
+
+def test_window_starts_after_warmup_and_ends_seconds_after_the_first_request() -> None:
+    w = cb.measurement_window(100.0, 60.0, 12.0)
+    assert (w.start, w.end, w.seconds) == (112.0, 160.0, 48.0)
+    assert 112.0 in w and 160.0 in w and 111.9 not in w and 160.1 not in w
+
+
+def test_page_request_ends_skip_robots_and_aborted_requests_and_connection_events() -> None:
+    log = [_req("/robots.txt", 1, 2), _req("/robots-moved.txt", 1, 2.5), _req("/a.html", 3, 5),
+           _req("/b.html?x=1", 2, 4), _req("/slow/drip.html", 1, 9, aborted=True),
+           {"event": "connect", "at": 0.5}]
+    assert cb.page_request_ends(log) == [4, 5]
+    assert cb.first_request_at(log) == 1
+    assert cb.first_request_at([{"event": "connect", "at": 0.5}]) is None
+
+
+def test_sustained_rate_counts_only_inside_the_window() -> None:
+    ends = [1.0, 10.0, 11.0, 12.5, 20.0, 30.0]
+    assert cb.sustained_rate(ends, cb.Window(10.0, 20.0)) == pytest.approx(4 / 10)
+    assert cb.sustained_rate(ends, cb.Window(5.0, 5.0)) == 0.0
+
+
+def test_rate_series_buckets_events_per_second_from_the_origin() -> None:
+    series = cb.rate_series([100.5, 101, 104, 109.9, 111, 200], origin=100, until=110, bucket_s=5)
+    assert series == [(2.5, 3 / 5), (7.5, 1 / 5)]
+    with pytest.raises(ValueError, match="bucket_s"):
+        cb.rate_series([], 0, 10, 0)
+
+
+# --- CPU ---------------------------------------------------------------------------------------------
+
+def _samples() -> list[cb.Sample]:
+    return [cb.Sample(0.0, {"taskmanager": 1.0, "kafka": 0.5}),
+            cb.Sample(10.0, {"taskmanager": 3.0, "kafka": 1.0}, queue=50, busy_ms_per_s={"frontier": 100.0}),
+            cb.Sample(20.0, {"taskmanager": 7.0, "kafka": 2.0}, queue=40, busy_ms_per_s={"frontier": 300.0}),
+            cb.Sample(30.0, {"taskmanager": 9.0, "kafka": 3.0})]
+
+
+def test_cpu_per_page_is_taken_between_the_first_and_last_samples_in_the_window() -> None:
+    ends = [5.0] + [10.0 + i * 0.5 for i in range(20)] + [25.0]  # 20 pages end in [10, 20)
+    per_page = cb.cpu_per_page(_samples(), ends, cb.Window(8.0, 22.0))
+    assert per_page == pytest.approx({"taskmanager": 4.0 / 20, "kafka": 1.0 / 20})
+
+
+@pytest.mark.parametrize("window, ends", [(cb.Window(8.0, 12.0), [10.0]), (cb.Window(8.0, 22.0), [30.0])])
+def test_cpu_per_page_is_none_without_two_samples_or_pages(window: cb.Window, ends: list[float]) -> None:
+    assert cb.cpu_per_page(_samples(), ends, window) is None
+
+
+def test_mean_busy_averages_the_samples_in_the_window() -> None:
+    assert cb.mean_busy(_samples(), cb.Window(5.0, 25.0)) == {"frontier": 200.0}
+
+
+def test_tree_cpu_sums_a_process_and_its_descendants_only() -> None:
+    table = {1: (0, 100.0), 10: (1, 2.0), 11: (10, 3.0), 12: (11, 4.0), 20: (1, 50.0), 30: (99, 7.0)}
+    assert cb.tree_cpu_s(table, 10) == pytest.approx(9.0)
+    assert cb.tree_cpu_s(table, 30) == pytest.approx(7.0)
+    assert cb.tree_cpu_s(table, 404) == 0.0
+
+
+def test_proc_table_sees_this_process_with_its_parent() -> None:
+    import os
+
+    table = cb.proc_table()
+    assert table[os.getpid()][0] == os.getppid()
+    assert table[os.getpid()][1] > 0
+
+
+# --- politeness ceiling, latency, violations ---------------------------------------------------------------
+
+@pytest.mark.parametrize("crawl_delay, expected", [(None, 1.0), (2.0, 2.0), (0.5, 0.5), (0.1, 0.5)])
+def test_host_delay_is_crawl_delay_above_the_floor_else_the_default(crawl_delay: float | None, expected: float) -> None:
+    assert cb.host_delay(crawl_delay, default_delay=1.0, min_delay=0.5) == expected
+
+
+def test_politeness_ceiling_sums_one_over_delay_and_skips_uncrawlable_hosts() -> None:
+    assert cb.politeness_ceiling([1.0, 2.0, 0.5, None, 0.0]) == pytest.approx(3.5)
+    assert cb.politeness_ceiling([1.0] * 5000) == pytest.approx(5000)
+
+
+def test_percentiles_by_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert cb.percentiles(values) == {"p50": 50.0, "p90": 90.0, "p99": 99.0}
+    assert cb.percentiles([3.0]) == {"p50": 3.0, "p90": 3.0, "p99": 3.0}
+    assert cb.percentiles([]) == {}
+
+
+def test_discovery_latency_uses_the_first_announcement_of_each_fingerprint() -> None:
+    discovered = [(1_000, {"type": "discovered", "urls": [{"fp": 1}, {"fp": 2}]}),
+                  (500, {"type": "discovered", "urls": [{"fp": 1}]}),
+                  (700, {"type": "completion", "fp": 3})]
+    published = [(3_500, {"url_fp": 1}), (4_000, {"url_fp": 2}), (4_000, {"url_fp": 3})]
+    assert cb.discovery_latencies(discovered, published) == [3.0, 3.0]
+
+
+def test_read_back_records_keep_only_what_the_figures_use() -> None:
+    page = {"url_fp": 1, "fetched_at": 2.0, "content_hash": "h", "near_duplicate_of": None, "text": "x" * 1000}
+    assert cb.slim_page(page) == {"url_fp": 1, "fetched_at": 2.0, "content_hash": "h", "near_duplicate_of": None}
+    discovered = {"type": "discovered", "host": "a", "urls": [{"url": "http://a/", "fp": 5, "depth": 0}]}
+    assert cb.slim_frontier_event(discovered) == {"type": "discovered", "host": "a", "urls": [{"fp": 5}]}
+    completion = {"type": "completion", "fp": 5, "http_status": 200, "bytes": 10}
+    assert cb.slim_frontier_event(completion) == completion
+
+
+def test_violations_are_counted_by_kind() -> None:
+    vs = [Violation(ViolationKind.CRAWL_DELAY, "h", "/", 1.0, ""), Violation(ViolationKind.CRAWL_DELAY, "h", "/", 2.0, ""),
+          Violation(ViolationKind.DISALLOWED, "h", "/x", 3.0, "")]
+    assert cb.violation_counts(vs) == {"crawl_delay": 2, "disallowed": 1}
+
+
+# --- markdown ----------------------------------------------------------------------------------------
+
+RESULT = {
+    "command": "python -m bench.crawl_bench --hosts 200 --seconds 60", "stamp": "2026-12-01 02:00 UTC",
+    "machine": "2 cores (AMD EPYC)", "load_before": "1.0, 1.0, 1.0", "scrapy_version": "2.19.0",
+    "spec": {"hosts": 200, "seed": 1, "seconds": 60.0, "warmup_s": 12.0, "min_pages": 40, "max_pages": 400},
+    "policy": {"default_delay_s": 1.0, "min_delay_s": 0.5},
+    "web": {"hosts": 200, "addresses": 182, "pages": 20190, "links_per_page": 91.4},
+    "ceiling": {"ours": 180.5, "scrapy": 170.0},
+    "server_capacity": {"requests_per_s": 900.0, "requests_per_server_cpu_s": 1000.0, "connections": 16, "seconds": 10.0},
+    "crawlers": {
+        "ours": {"pages_in_window": 4800, "pages_per_s": 100.0, "requests": 6000, "robots_requests": 200,
+                 "cpu_per_page_s": 0.0025, "cpu_per_page_by_process": {"taskmanager": 0.002, "kafka": 0.0005},
+                 "violations": {}, "violations_total": 0, "warc_bytes": 1_000_000, "fetched": 100,
+                 "warc_bytes_per_page": 10_000.0, "savepoint_bytes_per_url": 250.0,
+                 "discovery_latency_s": {"p50": 12.0}, "fetch_latency_s": {"p50": 0.4},
+                 "busy_ms_per_s": {"frontier": 400.0, "fetch": 600.0}},
+        "scrapy": {"pages_in_window": 1200, "pages_per_s": 25.0, "requests": 1500, "robots_requests": 190,
+                   "cpu_per_page_s": 0.012, "cpu_per_page_by_process": {"scrapy": 0.012},
+                   "violations": {"crawl_delay": 7, "robots_unavailable": 6}, "violations_total": 13,
+                   "stats": {"hostmap/resolver": "HostMapResolver", "hostmap/addresses_answered": 182,
+                             "hostmap/non_loopback_answers": [], "hostmap/refused": 12, "memusage/max": 300 * 2**20}},
+    },
+    "plots": {"throughput": "docs/img/crawl-bench-throughput.png"},
+}
+
+
+def test_markdown_has_markers_both_crawlers_ratio_and_figures() -> None:
+    md = cb.render_markdown(RESULT)
+    assert md.startswith(cb.BEGIN) and md.endswith(cb.END)
+    assert "| ours (Flink job) | Scrapy 2.19.0 |" in md
+    assert "| **sustained pages/s** | **100.0** | **25.0** |" in md
+    assert "**Ours / Scrapy: 4.00×**" in md
+    assert "2.50 ms" in md and "12.00 ms" in md
+    assert "| politeness violations | 0 | 13 (crawl_delay 7, robots_unavailable 6) |" in md
+    assert "180 pages/s for us" in md and "900.0 pages/s" in md
+    assert "WARC 10,000 bytes per fetched page" in md and "p50 12.0 s" in md
+    assert md.index("| fetch | 600") < md.index("| frontier | 400")  # busiest vertex first
+    assert "![throughput](docs/img/crawl-bench-throughput.png)" in md
+    assert "answered 182 addresses, outside 127.0.0.0/8: none" in md and "host map: 12" in md
+
+
+def test_markdown_of_one_crawler_has_no_ratio_and_tolerates_missing_figures() -> None:
+    result = copy.deepcopy(RESULT)
+    del result["crawlers"]["ours"], result["server_capacity"], result["plots"]
+    result["crawlers"]["scrapy"]["cpu_per_page_s"] = None
+    result["crawlers"]["scrapy"]["cpu_per_page_by_process"] = None
+    md = cb.render_markdown(result)
+    assert "Ours / Scrapy" not in md and "| Scrapy 2.19.0 |" in md and "n/a" in md
+
+
+def test_replace_section_swaps_the_marked_part_and_appends_when_absent() -> None:
+    section = f"{cb.BEGIN}\nnew\n{cb.END}"
+    text = f"# Benchmarks\n\nbefore\n{cb.BEGIN}\nold\n{cb.END}\nafter\n"
+    assert cb.replace_section(text, section) == f"# Benchmarks\n\nbefore\n{section}\nafter\n"
+    appended = cb.replace_section("# Benchmarks\n", section)
+    assert appended.startswith("# Benchmarks\n") and appended.endswith(section + "\n")
+    assert cb.replace_section(appended, section) == appended
+
+
+def test_plot_lines_writes_a_png(tmp_path: Path) -> None:
+    from bench.plots import plot_lines
+
+    path = plot_lines(tmp_path / "p.png", "t", "pages/s", {"ours": [(0, 1), (5, 2)], "scrapy": []}, [(1.0, "warm-up")])
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --- Scrapy settings from our policy -------------------------------------------------------------------
+
+def test_scrapy_settings_match_our_politeness_and_limits(tmp_path: Path) -> None:
+    config = load_config("", ["politeness.default_delay_s=2.5", "traps.max_crawl_depth=7"])
+    s = sc.scrapy_settings(config, seconds=60, host_map_file=tmp_path / "hosts.txt", out=tmp_path)
+    assert s["USER_AGENT"] == config.fetch.user_agent == s["ROBOTSTXT_USER_AGENT"]
+    assert s["ROBOTSTXT_OBEY"] is True and s["AUTOTHROTTLE_ENABLED"] is False
+    assert (s["DOWNLOAD_DELAY"], s["DOWNLOAD_DELAY_JITTER"]) == (2.5, 0.0)
+    assert (s["CONCURRENT_REQUESTS"], s["CONCURRENT_REQUESTS_PER_DOMAIN"], s["CONCURRENT_REQUESTS_PER_IP"]) == (1000, 1, 0)
+    assert s["DEPTH_LIMIT"] == 7 and s["CLOSESPIDER_TIMEOUT"] == 60
+    assert s["URLLENGTH_LIMIT"] == config.urls.max_length
+    assert s["DOWNLOAD_MAXSIZE"] == config.fetch.max_body_bytes
+    assert s["DOWNLOAD_TIMEOUT"] == config.fetch.total_timeout_s
+    assert s["REDIRECT_MAX_TIMES"] == config.frontier.max_redirect_hops
+    assert s["RETRY_TIMES"] == config.frontier.max_attempts - 1
+    assert s["TWISTED_DNS_RESOLVER"] == "bench.scrapy_crawl.HostMapResolver"
+    assert "bench.scrapy_crawl.HostMapMiddleware" in s["DOWNLOADER_MIDDLEWARES"]
+    assert s["TELNETCONSOLE_ENABLED"] is False and s["HOSTMAP_FILE"] == str(tmp_path / "hosts.txt")
+
+
+def test_scrapy_settings_load_in_scrapy_without_warnings(tmp_path: Path) -> None:
+    import warnings
+
+    from scrapy.settings import Settings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        settings = Settings(sc.scrapy_settings(load_config(), seconds=5, host_map_file=tmp_path / "h", out=tmp_path))
+    assert settings.getfloat("DOWNLOAD_DELAY") == 1.0
+
+
+@pytest.mark.parametrize("kwargs, message", [({"seconds": 0}, "seconds"), ({"seconds": 5, "concurrency": 0}, "concurrency"),
+                                             ({"seconds": 5, "sample_every_s": 0}, "sample_every_s")])
+def test_scrapy_settings_reject_bad_run_values(tmp_path: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        sc.scrapy_settings(load_config(), host_map_file=tmp_path, out=tmp_path, **kwargs)
+
+
+def test_host_map_accepts_loopback_names_and_refuses_any_other_address() -> None:
+    assert sc.load_host_map("a.test 127.1.0.1\nB.Test. 127.1.0.2\n# c\n") == {"a.test": "127.1.0.1", "b.test": "127.1.0.2"}
+    with pytest.raises(ValueError, match="10.0.0.1 is not a loopback"):
+        sc.load_host_map("a.test 127.1.0.1\nevil.test 10.0.0.1\n")
+
+
+def test_followable_keeps_absolute_http_links_only() -> None:
+    hrefs = ["/a.html", "http://x.test/b", "mailto:me@x.test", "javascript:void(0)", " c.html ", "ftp://x.test/f"]
+    assert list(sc.followable("http://h.test/dir/", hrefs)) == [
+        "http://h.test/a.html", "http://x.test/b", "http://h.test/dir/c.html"]
+
+
+def test_resolver_answers_only_from_the_map() -> None:
+    from twisted.internet.error import DNSLookupError
+
+    installed = []
+    resolver = sc.HostMapResolver(SimpleNamespace(installResolver=installed.append), {"a.test": "127.1.0.1"})
+    resolver.install_on_reactor()
+    assert installed == [resolver]
+    answers, failures = [], []
+    resolver.getHostByName("A.test.").addCallback(answers.append)
+    resolver.getHostByName("example.com").addErrback(lambda f: failures.append(f.check(DNSLookupError)))
+    assert answers == ["127.1.0.1"] and failures == [DNSLookupError]
+    assert resolver.answered == {"127.1.0.1"} and resolver.refused == 1
+
+
+@pytest.mark.parametrize("url, slot", [("http://a.test:8080/x", "127.1.0.1"), ("http://shared.test/", "127.1.0.1"),
+                                       ("http://169.254.169.254/latest/", None), ("http://127.255.0.1/admin/", None),
+                                       ("http://gone.test/", None)])
+def test_middleware_puts_mapped_hosts_in_their_address_slot_and_refuses_the_rest(tmp_path: Path, url: str,
+                                                                                  slot: str | None) -> None:
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+    from scrapy.utils.test import get_crawler
+
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("a.test 127.1.0.1\nshared.test 127.1.0.1\n")
+    crawler = get_crawler(settings_dict={"HOSTMAP_FILE": str(hosts)})
+    crawler.stats.open_spider()
+    middleware = sc.HostMapMiddleware.from_crawler(crawler)
+    request = Request(url)
+    if slot is None:
+        with pytest.raises(IgnoreRequest):
+            middleware.process_request(request)
+        assert crawler.stats.get_value("hostmap/refused") == 1
+    else:
+        assert middleware.process_request(request) is None
+        assert request.meta["download_slot"] == slot
