@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crawler.crawl",  # crawl, demo, config
     "crawler.control",  # seed, host, host-status, pause, resume, takedown, api
     "crawler.consumers",  # corpus, index, search
+    "crawler.ops",  # upgrade, rescale
 )
 
 

@@ -1,4 +1,4 @@
-"""A Flink standalone session cluster (one JobManager, one TaskManager) run from the pip distribution.
+"""A Flink standalone session cluster (one JobManager, one or more TaskManagers) run from the pip distribution.
 
 The pip package (`apache-flink`) carries a whole Flink, but its `lib/` lacks two things we need, and
 site-packages is not ours to change. So we build a cluster home under .cache (`flink-home/`):
@@ -10,8 +10,13 @@ renders its own conf dir from `flink-conf/config.yaml` (docs/decisions/0600-flin
 the home's `conf/` is the default stack's, so a bare `<home>/bin/flink run -py job.py` talks to
 the cluster `crawler up` started.
 
-JobManager and TaskManager are started with `start-foreground` under our own pid files, which `exec`s
+JobManager and TaskManagers are started with `start-foreground` under our own pid files, which `exec`s
 into the JVM, so the pid we record is the JVM's (docs/decisions/0602-stack-process-tracking.md).
+A cluster may run several TaskManagers (failover and rescale tests kill or fill them); each has its
+own pid file and console log, and Flink picks each one's RPC, data and metrics ports from what is
+free. `settings` override the template's options for one cluster (e.g. its JobManager RPC port,
+slots per TaskManager, restart strategy): they are written into the rendered config.yaml, so the
+daemons and `bin/flink run` (the job's configuration) both see them (decision 1601).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import sysconfig
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +99,11 @@ def build_home(home: Path = HOME) -> Path:
 
 
 def render_conf(conf_dir: Path, state_dir: Path, *, rest_port: int = DEFAULT_REST_PORT,
-                python: str | None = None) -> Path:
+                python: str | None = None, settings: Mapping[str, str] | None = None) -> Path:
     """Write the effective conf dir: flink-conf/config.yaml with its placeholders replaced by absolute
-    paths (state folder, virtualenv python and its site-packages, REST port) plus the distribution's
-    logging configs."""
+    paths (state folder, virtualenv python and its site-packages, REST port), then `settings` as
+    flat `key: value` lines (Flink reads the file in order, so a later key wins over the template's),
+    plus the distribution's logging configs."""
     python = python or _venv_python()
     text = (TEMPLATE_DIR / "config.yaml").read_text()
     for placeholder, value in (("{{STATE}}", str(state_dir.resolve())), ("{{PYTHON}}", python),
@@ -106,6 +113,9 @@ def render_conf(conf_dir: Path, state_dir: Path, *, rest_port: int = DEFAULT_RES
     left = re.search(r"\{\{\w+\}\}", text)
     if left:
         raise FlinkClusterError(f"flink-conf/config.yaml has an unknown placeholder {left.group()}")
+    if settings:
+        text += "\n# This cluster's own settings (crawler.flink_cluster.FlinkCluster(settings=...)).\n"
+        text += "".join(f"{key}: {json.dumps(str(value))}\n" for key, value in settings.items())
     conf_dir.mkdir(parents=True, exist_ok=True)
     (conf_dir / "config.yaml").write_text(text)
     dist_conf = pyflink_dir() / "conf"
@@ -148,18 +158,33 @@ def _relink(link: Path, target: Path) -> None:
 
 
 class FlinkCluster:
-    """One JobManager and one TaskManager whose conf, logs, pids and checkpoints live in `state_dir`."""
+    """One JobManager and `taskmanagers` TaskManagers whose conf, logs, pids and checkpoints live in `state_dir`."""
 
     def __init__(self, state_dir: Path = DEFAULT_STATE, *, home: Path = HOME,
-                 rest_port: int = DEFAULT_REST_PORT) -> None:
+                 rest_port: int = DEFAULT_REST_PORT, taskmanagers: int = 1,
+                 settings: Mapping[str, str] | None = None) -> None:
+        if taskmanagers < 1:
+            raise ValueError(f"a cluster needs at least one TaskManager, got taskmanagers={taskmanagers}")
+        bad = [key for key in settings or {} if not re.fullmatch(r"[A-Za-z0-9_.-]+", key)]
+        if bad:
+            raise ValueError(f"Flink option names are dotted words, got {bad}")
         self.state_dir = Path(state_dir).resolve()
         self.home = home
         self.rest_port = rest_port
+        self.settings = dict(settings or {})
         self.conf_dir = self.state_dir / "conf"
         run = self.state_dir / "run"
         log = self.state_dir / "log"
         self.jobmanager = Daemon("flink-jobmanager", run / "jobmanager.pid", log / "jobmanager.console")
-        self.taskmanager = Daemon("flink-taskmanager", run / "taskmanager.pid", log / "taskmanager.console")
+        # The first keeps the single-TaskManager names, so a stack started before still stops.
+        self.taskmanagers = [Daemon("flink-taskmanager" + suffix, run / f"taskmanager{suffix}.pid",
+                                    log / f"taskmanager{suffix}.console")
+                             for suffix in ["", *(f"-{n}" for n in range(2, taskmanagers + 1))]]
+
+    @property
+    def taskmanager(self) -> Daemon:
+        """The first TaskManager (the only one by default)."""
+        return self.taskmanagers[0]
 
     @property
     def rest_url(self) -> str:
@@ -179,33 +204,41 @@ class FlinkCluster:
         return env
 
     def start(self, timeout_s: float = 120.0) -> None:
-        """Start whichever of JobManager and TaskManager is not running, then wait until the REST API
-        reports a registered TaskManager. A cluster already up is left alone."""
-        if self.jobmanager.pid() is None and self.taskmanager.pid() is None:
+        """Start whichever of the JobManager and TaskManagers is not running, then wait until the REST
+        API reports every TaskManager registered. A cluster already up is left alone; a TaskManager
+        that died (or was killed) is started again."""
+        daemons = [self.jobmanager, *self.taskmanagers]
+        if all(d.pid() is None for d in daemons):
             if self.overview(timeout_s=1.0) is not None:
                 raise FlinkClusterError(f"another Flink already answers on {self.rest_url}")
             flink_bin(self.home)
-            render_conf(self.conf_dir, self.state_dir, rest_port=self.rest_port)
-        bin_dir = self.home / "bin"
-        if self.jobmanager.pid() is None:
-            self.jobmanager.spawn([str(bin_dir / "jobmanager.sh"), "start-foreground"], env=self.env())
-        if self.taskmanager.pid() is None:
-            self.taskmanager.spawn([str(bin_dir / "taskmanager.sh"), "start-foreground"], env=self.env())
+            render_conf(self.conf_dir, self.state_dir, rest_port=self.rest_port, settings=self.settings)
+        script = {self.jobmanager.name: "jobmanager.sh"}
+        for daemon in daemons:
+            if daemon.pid() is None:
+                command = self.home / "bin" / script.get(daemon.name, "taskmanager.sh")
+                # In the state folder, so a JVM crash report (hs_err_pid*.log) lands with the logs.
+                daemon.spawn([str(command), "start-foreground"], env=self.env(), cwd=self.state_dir)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for daemon in (self.jobmanager, self.taskmanager):
+            for daemon in daemons:
                 if daemon.pid() is None:
                     raise FlinkClusterError(f"{daemon.name} exited while starting; see {self.state_dir / 'log'}")
-            overview = self.overview(timeout_s=2.0)
-            if overview and overview.get("taskmanagers", 0) >= 1:
+            if self.registered_taskmanagers() >= len(self.taskmanagers):
                 return
             time.sleep(0.5)
         raise FlinkClusterError(f"Flink not ready on {self.rest_url} after {timeout_s} s; "
                                 f"see {self.state_dir / 'log'}")
 
+    def registered_taskmanagers(self) -> int:
+        """TaskManagers the JobManager counts as registered now (0 if it does not answer). A killed one
+        stays counted until its heartbeat times out."""
+        overview = self.overview(timeout_s=2.0) or {}
+        return int(overview.get("taskmanagers", 0))
+
     def stop(self, timeout_s: float = 30.0) -> list[str]:
-        """Stop the TaskManager, then the JobManager we started; returns the names stopped."""
-        return [d.name for d in (self.taskmanager, self.jobmanager) if d.stop(timeout_s)]
+        """Stop the TaskManagers, then the JobManager we started; returns the names stopped."""
+        return [d.name for d in (*self.taskmanagers, self.jobmanager) if d.stop(timeout_s)]
 
     def overview(self, timeout_s: float = 5.0) -> dict[str, object] | None:
         """The REST API's /overview (taskmanagers, slots, jobs running...), or None if nothing answers."""

@@ -156,6 +156,7 @@ class HostFrontier:
         self._bucket_ms = int(round(policy.due_bucket_s * 1000))
         self.controls = controls if controls is not None else ControlTable()
         self.seen, self.epoch = seen, epoch
+        self.run = f"{epoch & 0xFFFFFFFF:08x}-"   # in lease ids: unique per run of the operator
         self.count, self.parse_rules = count, parse_rules
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self._rules: OrderedDict[str, tuple[float, fl.RulesLike]] = OrderedDict()
@@ -359,7 +360,8 @@ class HostFrontier:
         while not controls.halted:
             step = fl.plan(state, now).step
             if step is fl.Step.FETCH_ROBOTS:
-                state, request = fl.lease_robots(state, host, url_fp(fl.robots_url(host, state)), now, self.policy)
+                state, request = fl.lease_robots(state, host, url_fp(fl.robots_url(host, state)), now, self.policy,
+                                                 self.run)
                 self.count("robots_leased")
                 requests.append(request)
             elif step is fl.Step.POP and pops < self.policy.max_pops_per_call:
@@ -375,7 +377,7 @@ class HostFrontier:
                     self.urls.put(fl.signed_fp(item.fp), fl.UrlRecord(fl.UrlStatus.TAKEN_DOWN, now).to_row())
                     continue
                 state, request, verdict = fl.lease_page(state, item, self._rules_for(host, state), host, now,
-                                                        self.policy)
+                                                        self.policy, self.run)
                 if request is None:
                     self.count(verdict.value)
                     self.urls.put(fl.signed_fp(item.fp), fl.UrlRecord(fl.UrlStatus.DISALLOWED, now).to_row())

@@ -631,9 +631,12 @@ def plan(state: HostState, now: float) -> Plan:
 
 
 def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
-           policy: FrontierPolicy) -> tuple[HostState, FetchRequest]:
+           policy: FrontierPolicy, run: str) -> tuple[HostState, FetchRequest]:
     seq = state.lease_seq + 1
-    lease = Lease(f"{host}/{seq}", kind, now + policy.lease_timeout_s, item)
+    # `run` names this run of the operator: after a restore, lease_seq starts again from the checkpoint,
+    # and a completion of the crashed run's lease with the same number, replayed from Kafka, must not end
+    # the new lease before its fetch has happened (decision 1604).
+    lease = Lease(f"{host}/{run}{seq}", kind, now + policy.lease_timeout_s, item)
     request: FetchRequest = {"host": host, "url": item.url, "fp": item.fp, "kind": kind,  # type: ignore[typeddict-item]
                              "lease_id": lease.lease_id, "depth": item.depth, "attempt": item.attempt + 1}
     if state.ip is not None:
@@ -648,14 +651,15 @@ def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
 
 
 def lease_robots(state: HostState, host: str, fp: int, now: float,
-                 policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> tuple[HostState, FetchRequest]:
+                 policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY, run: str = "") -> tuple[HostState, FetchRequest]:
     """Lease the host's robots.txt (`fp` = url_fp of robots_url); only when plan() says FETCH_ROBOTS."""
     item = QueueItem(robots_url(host, state), fp, 0, 0, state.robots_failures)
-    return _lease(state, "robots", item, host, now, policy)
+    return _lease(state, "robots", item, host, now, policy, run)
 
 
 def lease_page(state: HostState, item: QueueItem, rules: RulesLike | None, host: str, now: float,
-               policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> tuple[HostState, FetchRequest | None, Verdict]:
+               policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
+               run: str = "") -> tuple[HostState, FetchRequest | None, Verdict]:
     """Lease a popped URL after checking the current robots rules again (§2 invariant 2).
 
     Returns (state, request, Verdict.ADMITTED) or (state, None, ROBOTS_DISALLOWED) when the URL must
@@ -663,7 +667,7 @@ def lease_page(state: HostState, item: QueueItem, rules: RulesLike | None, host:
     """
     if state.robots is Robots.PARSED and (rules is None or not _allowed(rules, item.url, policy)):
         return state, None, Verdict.ROBOTS_DISALLOWED
-    state, request = _lease(state, "page", item, host, now, policy)
+    state, request = _lease(state, "page", item, host, now, policy, run)
     return state, request, Verdict.ADMITTED
 
 

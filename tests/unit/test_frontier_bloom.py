@@ -1,5 +1,6 @@
 """The seen-URL filter in the frontier glue: it saves URL-table reads, never admits a known URL twice,
-and is rebuilt from the URL table after a restart (a new run epoch with an empty filter)."""
+and is rebuilt from the URL table after a restart (a new run epoch with an empty filter); the run
+epoch also names lease ids."""
 from __future__ import annotations
 
 from operators.frontier import HostFrontier
@@ -52,3 +53,13 @@ def test_after_a_restart_the_filter_is_rebuilt_from_state_and_misses_nothing():
     h.discover("/a")
     assert h.counts["bloom_hosts_loaded"] == 2   # once per host and run
     assert h.counts["dropped_seen"] == 3
+
+
+def test_lease_ids_name_the_run_so_a_restored_frontier_never_reuses_one():
+    leases = []
+    for epoch in (1, 2):                  # the same state, before and after a restart
+        h = Harness()
+        with_filter(h, epoch=epoch)
+        (robots,) = h.discover("/a")
+        leases.append(robots["lease_id"])
+    assert leases[0] != leases[1] and all(lease.endswith("-1") for lease in leases)

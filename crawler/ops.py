@@ -1,0 +1,232 @@
+"""`crawler upgrade` and `crawler rescale`: replace the running crawl job through a savepoint (issue #7).
+
+Both stop the running crawl job with a savepoint (`flink stop`: sources stop, state is written, the
+job ends) and submit `jobs/crawl.py` as it is now from that savepoint, with the arguments the old job
+was started with; `rescale` adds `--set job.parallelism=N` (Flink moves whole key groups between
+subtasks, ARCHITECTURE.md §6). The old job's arguments are read back from the cluster: jobs/crawl.py
+stores its own argv as a global job parameter (JOB_ARGS_KEY), so this works for a job started by
+`crawler crawl`, by an earlier upgrade, or by hand. Everything the new job would be given is checked
+(`udfs.config.load_config`) before the old job is touched. See docs/runbook.md and decision 1602.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from crawler.flink_cluster import DEFAULT_REST_PORT, FlinkCluster
+from crawler.paths import ROOT
+from crawler.stack import DEFAULT_STATE_DIR
+from udfs.config import ConfigError, CrawlConfig, load_config
+
+JOB_FILE = ROOT / "jobs" / "crawl.py"
+# The global job parameter under which jobs/crawl.py keeps its argv (a JSON list of strings).
+JOB_ARGS_KEY = "crawler.job-args"
+_JOB_ID = re.compile(r"JobID ([0-9a-f]{32})")
+_SAVEPOINT = re.compile(r"Savepoint completed\. Path: (\S+)")
+
+
+class UpgradeError(RuntimeError):
+    """The upgrade could not start, or stopped half-way; the message says what state things are in."""
+
+
+@dataclass(frozen=True)
+class Upgrade:
+    """What an upgrade did: the job it stopped, where that job's state went, the job that replaced it."""
+
+    old_job: str
+    savepoint: str
+    new_job: str
+
+
+def running_crawl_job(jobs: Sequence[dict[str, Any]], job_id: str | None = None) -> dict[str, Any]:
+    """The job to replace among `/jobs/overview` entries: `job_id` if given (it must be running),
+    else the only running job. Raises UpgradeError when there is none, or several to choose from."""
+    running = [job for job in jobs if job.get("state") == "RUNNING"]
+    if job_id is not None:
+        found = [job for job in running if job.get("jid") == job_id]
+        if not found:
+            raise UpgradeError(f"job {job_id} is not running (running: {_names(running) or 'none'})")
+        return found[0]
+    if not running:
+        raise UpgradeError("no job is running: start one with `crawler crawl` first")
+    if len(running) > 1:
+        raise UpgradeError(f"{len(running)} jobs are running ({_names(running)}): say which with --job-id")
+    return running[0]
+
+
+def _names(jobs: Sequence[dict[str, Any]]) -> str:
+    return ", ".join(f"{job.get('jid')} ({job.get('name')})" for job in jobs)
+
+
+def job_args(job_config: dict[str, Any] | None) -> list[str]:
+    """The argv jobs/crawl.py was started with, from the REST API's `/jobs/<id>/config`; raises
+    UpgradeError for a job that did not record it (not our crawl job, or one from an older release)."""
+    user_config = ((job_config or {}).get("execution-config") or {}).get("user-config") or {}
+    raw = user_config.get(JOB_ARGS_KEY)
+    if raw is None:
+        raise UpgradeError(f"the job does not carry its arguments ({JOB_ARGS_KEY}): is it jobs/crawl.py "
+                           "of this release? Stop it by hand (`flink stop`) and start it with `flink run -s`")
+    try:
+        args = json.loads(raw)
+    except ValueError:
+        args = None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise UpgradeError(f"{JOB_ARGS_KEY} is not a JSON list of strings: {raw[:200]!r}")
+    return args
+
+
+def with_overrides(args: Sequence[str], overrides: Sequence[str]) -> list[str]:
+    """The job's argv with more `--set SECTION.KEY=VALUE` pairs at the end (a later pair wins)."""
+    return [*args, *(item for pair in overrides for item in ("--set", pair))]
+
+
+def check_job_config(args: Sequence[str]) -> CrawlConfig:
+    """The configuration the job would load from `args` (`--config FILE`, `--set` pairs), read as
+    jobs/crawl.py reads it; raises UpgradeError with load_config's message when it is invalid."""
+    config_file, overrides = None, []
+    items = iter(args)
+    for item in items:
+        if item == "--config":
+            config_file = Path(next(items, ""))
+        elif item == "--set":
+            overrides.append(next(items, ""))
+    try:
+        text = config_file.read_text(encoding="utf-8") if config_file else ""
+        return load_config(text, overrides)
+    except (ConfigError, OSError) as exc:
+        raise UpgradeError(f"the new job's configuration is invalid, nothing was stopped: {exc}") from None
+
+
+def run_command(flink: Path, args: Sequence[str], savepoint: str, *, python: str = sys.executable,
+                allow_non_restored_state: bool = False, job_file: Path = JOB_FILE) -> list[str]:
+    """`flink run -d -s SAVEPOINT [-n] -py jobs/crawl.py --pyExecutable PYTHON ARGS...`. Flink's own
+    options come before the job's first unknown option, after which all is the job's argv."""
+    command = [str(flink), "run", "-d", "-s", savepoint]
+    if allow_non_restored_state:
+        command.append("--allowNonRestoredState")
+    return [*command, "-py", str(job_file), "--pyExecutable", python, *args]
+
+
+def savepoint_of(output: str) -> str | None:
+    """The savepoint path `flink stop` printed, or None."""
+    found = _SAVEPOINT.search(output)
+    return found.group(1) if found else None
+
+
+def job_id_of(output: str) -> str | None:
+    """The job id `flink run -d` printed, or None."""
+    found = _JOB_ID.search(output)
+    return found.group(1) if found else None
+
+
+def upgrade(cluster: FlinkCluster, *, job_id: str | None = None, overrides: Sequence[str] = (),
+            savepoint_dir: Path | None = None, allow_non_restored_state: bool = False,
+            progress: Callable[[str], None] = print, timeout_s: float = 300.0) -> Upgrade:
+    """Stop the running crawl job with a savepoint and submit the current jobs/crawl.py from it."""
+    overview = cluster.rest("/jobs/overview")
+    if overview is None:
+        raise UpgradeError(f"no Flink cluster answers on {cluster.rest_url} (`crawler up`?)")
+    job = running_crawl_job(overview.get("jobs", []), job_id)
+    old = job["jid"]
+    args = with_overrides(job_args(cluster.rest(f"/jobs/{old}/config")), overrides)
+    check_job_config(args)
+    progress(f"stopping job {old} ({job.get('name')}) with a savepoint ...")
+    stop = [str(cluster.home / "bin" / "flink"), "stop"]
+    if savepoint_dir is not None:
+        stop += ["--savepointPath", savepoint_dir.resolve().as_uri()]
+    done = subprocess.run([*stop, old], env=cluster.env(), capture_output=True, text=True, timeout=timeout_s)
+    savepoint = savepoint_of(done.stdout + done.stderr)
+    if done.returncode != 0 or savepoint is None:
+        state = job_overview(cluster, old).get("state", "UNKNOWN")
+        raise UpgradeError(f"the savepoint failed (flink stop exit {done.returncode}); job {old} is {state} and "
+                           f"was not replaced:\n{(done.stdout + done.stderr)[-2000:]}")
+    progress(f"savepoint: {savepoint}")
+    run = run_command(cluster.home / "bin" / "flink", args, savepoint,
+                      allow_non_restored_state=allow_non_restored_state)
+    started = subprocess.run(run, env=cluster.env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    new = job_id_of(started.stdout + started.stderr)
+    if started.returncode != 0 or new is None:
+        raise UpgradeError(f"job {old} is stopped and its state is in {savepoint}, but the new job did not start "
+                           f"(flink run exit {started.returncode}); fix the cause and run by hand:\n"
+                           f"  {' '.join(run)}\n{(started.stdout + started.stderr)[-2000:]}")
+    progress(f"new job: {new}")
+    return Upgrade(old_job=old, savepoint=savepoint, new_job=new)
+
+
+def job_overview(cluster: FlinkCluster, job_id: str) -> dict[str, Any]:
+    """The job's entry of `/jobs/overview` (state, task counts by status), {} if absent. Unlike
+    `/jobs/<id>`, this handler reads no metrics: polling it never makes TaskManagers evaluate the
+    Python operators' gauges, which crashed a TaskManager while its tasks restarted (decision 1602)."""
+    jobs = (cluster.rest("/jobs/overview") or {}).get("jobs", [])
+    return next((job for job in jobs if job.get("jid") == job_id), {})
+
+
+def wait_running(cluster: FlinkCluster, job_id: str, timeout_s: float = 180.0) -> str:
+    """Wait until every task of the job runs (its state alone says RUNNING while tasks deploy);
+    returns the last job state seen."""
+    deadline, state = time.monotonic() + timeout_s, "UNKNOWN"
+    while time.monotonic() < deadline:
+        job = job_overview(cluster, job_id)
+        state = job.get("state", "UNKNOWN")
+        if state in ("FAILED", "CANCELED", "FINISHED"):
+            return state
+        tasks = job.get("tasks") or {}
+        if state == "RUNNING" and tasks.get("total") and tasks.get("running") == tasks.get("total"):
+            return state
+        time.sleep(1.0)
+    return state
+
+
+# --- the `crawler` subcommands of this module (see crawler/cli.py) -----------------------------------
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `upgrade` and `rescale` to the `crawler` command line."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+                        help="the stack's state folder (default: %(default)s)")
+    common.add_argument("--rest-port", type=int, default=DEFAULT_REST_PORT, help="Flink REST/dashboard")
+    common.add_argument("--job-id", help="the job to replace (default: the only running job)")
+    common.add_argument("--savepoint-dir", type=Path, help="where the savepoint goes (default: the cluster's)")
+    common.add_argument("--allow-non-restored-state", action="store_true",
+                        help="start even if the savepoint holds state of an operator the new code lacks")
+    upgrade_cmd = subparsers.add_parser(
+        "upgrade", parents=[common], help="stop the crawl job with a savepoint, start the current code from it")
+    upgrade_cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                             help="change a setting of the job on the way (repeatable)")
+    upgrade_cmd.set_defaults(func=_cmd_upgrade)
+    rescale = subparsers.add_parser(
+        "rescale", parents=[common], help="stop the crawl job with a savepoint, start it from it at another parallelism")
+    rescale.add_argument("--parallelism", type=int, required=True, help="frontier shards (<= job.max_parallelism)")
+    rescale.set_defaults(func=_cmd_rescale)
+
+
+def _cluster(args: argparse.Namespace) -> FlinkCluster:
+    return FlinkCluster(Path(args.state_dir).resolve() / "flink", rest_port=args.rest_port)
+
+
+def _run(args: argparse.Namespace, overrides: list[str]) -> int:
+    cluster = _cluster(args)
+    done = upgrade(cluster, job_id=args.job_id, overrides=overrides, savepoint_dir=args.savepoint_dir,
+                   allow_non_restored_state=args.allow_non_restored_state)
+    state = wait_running(cluster, done.new_job)
+    print(json.dumps({"stopped": done.old_job, "savepoint": done.savepoint, "started": done.new_job,
+                      "state": state, "dashboard": f"{cluster.rest_url}/#/job/running/{done.new_job}/overview"}))
+    return 0 if state == "RUNNING" else 1
+
+
+def _cmd_upgrade(args: argparse.Namespace) -> int:
+    return _run(args, args.overrides)
+
+
+def _cmd_rescale(args: argparse.Namespace) -> int:
+    if args.parallelism < 1:
+        raise ValueError(f"--parallelism must be at least 1, got {args.parallelism}")
+    return _run(args, [f"job.parallelism={args.parallelism}"])
