@@ -22,6 +22,7 @@ from typing import Any
 
 from consumers.stream import Message, ReadLimits, consume_batches, read_page
 from udfs.control import Takedown, parse_control
+from udfs.control_state import ControlTable
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, ContractError
 from udfs.urls import host_key
 
@@ -77,8 +78,10 @@ class SearchIndex:
             raise RuntimeError("this Python's SQLite has no FTS5; the search index needs it")
         self._db = sqlite3.connect(str(path))
         self._db.executescript(_SCHEMA)
-        self._takedowns = [Takedown(scope, value, tid, issued_at) for tid, scope, value, issued_at
-                           in self._db.execute("SELECT id, scope, value, issued_at FROM takedowns")]
+        # The takedowns in force, indexed for the per-page check (the frontier's table, udfs.control_state).
+        self._takedowns = ControlTable()
+        for tid, scope, value, issued_at in self._db.execute("SELECT id, scope, value, issued_at FROM takedowns"):
+            self._takedowns.apply(Takedown(scope, value, tid, issued_at).to_record())
         self.counts: Counter[str] = Counter()
 
     def close(self) -> None:
@@ -107,7 +110,7 @@ class SearchIndex:
         """Index one checked pages.parsed record (consumers.stream.read_page); returns what happened:
         "indexed", "replaced", "stale" (an older fetch than the row's) or "taken_down"."""
         url = page["url"]
-        if any(t.matches(url) or t.matches(page["final_url"]) for t in self._takedowns):
+        if self._takedowns.takes_down(url) or self._takedowns.takes_down(page["final_url"]):
             return "taken_down"
         key = str(page["url_fp"])
         row = self._db.execute("SELECT id, fetched_at FROM docs WHERE url_fp = ?", (key,)).fetchone()
@@ -130,8 +133,7 @@ class SearchIndex:
         """Delete every indexed page the takedown matches and keep it as a tombstone; returns pages deleted."""
         self._db.execute("INSERT OR IGNORE INTO takedowns (id, scope, value, issued_at) VALUES (?, ?, ?, ?)",
                          (command.id, command.scope, command.value, command.issued_at))
-        if command not in self._takedowns:
-            self._takedowns.append(command)
+        self._takedowns.apply(command.to_record())
         if command.scope == "url":
             rows = self._db.execute("SELECT id, url FROM docs WHERE url = ?", (command.value,))
         elif command.scope == "host":

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from udfs.urls import host_key
+
 ROW_VERSION = 1
 PAUSED_KEY = "paused"
 _HOST = "host:"
@@ -63,10 +65,24 @@ class ControlTable:
         return HostControls(blocked, rate, host in self._taken_hosts, self._paused)
 
     def url_taken_down(self, url: str) -> bool:
-        """Whether a normalised URL is under a URL or pattern takedown."""
+        """Whether a normalised URL is under a URL or pattern takedown (host takedowns: `for_host`)."""
         if url in self._taken_urls:
             return True
         return self._pattern_re is not None and self._pattern_re.match(url) is not None
+
+    def takes_down(self, url: str) -> bool:
+        """Whether any takedown (URL, pattern or its host's) covers a normalised URL; never raises."""
+        if self.url_taken_down(url):
+            return True
+        try:
+            return host_key(url) in self._taken_hosts
+        except ValueError:
+            return False
+
+    def apply(self, record: dict[str, Any]) -> None:
+        """Apply one validated control record to the Python side (a table kept without Flink state)."""
+        for key, value in self.rows_for(record):
+            self.apply_row(key, value)
 
     def rows_for(self, record: dict[str, Any]) -> list[tuple[str, str]]:
         """The broadcast-state rows (key, value) that record the effect of one validated control record;

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -156,16 +157,32 @@ def frontier_job(folder: Path, frontier: Any, name: str) -> Iterator[FrontierJob
         yield FrontierJob(feed, results, f"http://127.0.0.1:{rest_port}", control_feed)
 
 
-def frontier_counters(rest: str) -> dict[str, int]:
-    """The `frontier.*` metrics of the running job's frontier vertex, from the MiniCluster's REST API."""
-    def get(path: str):
-        with urllib.request.urlopen(rest + path, timeout=10) as response:
-            return json.load(response)
-    (job,) = [j for j in get("/jobs")["jobs"] if j["status"] == "RUNNING"]
-    vertex = next(v for v in get(f"/jobs/{job['id']}")["vertices"] if v["name"].startswith("frontier"))
-    base = f"/jobs/{job['id']}/vertices/{vertex['id']}/metrics"
-    names = [m["id"] for m in get(base) if ".frontier.frontier." in m["id"]]
-    if not names:
+def rest_get(rest: str, path: str) -> Any:
+    """One GET of a MiniCluster's REST API on loopback, as JSON."""
+    with urllib.request.urlopen(rest + path, timeout=10) as response:
+        return json.load(response)
+
+
+def read_metrics(rest: str, groups: tuple[str, ...]) -> dict[str, float]:
+    """User metrics of the running job in these metric groups, `group.name` → value summed over
+    operators and subtasks (ids read `<subtask>.<operator>.<group>.<name>`)."""
+    running = [j for j in rest_get(rest, "/jobs")["jobs"] if j["status"] == "RUNNING"]
+    if not running:
         return {}
-    values = get(base + "?get=" + ",".join(names))
-    return {m["id"].rsplit(".", 1)[1]: int(float(m["value"])) for m in values}
+    job = running[0]["id"]
+    values: dict[str, float] = defaultdict(float)
+    for vertex in rest_get(rest, f"/jobs/{job}")["vertices"]:
+        base = f"/jobs/{job}/vertices/{vertex['id']}/metrics"
+        # ours are snake_case under our groups; Flink's own (numRecordsIn ...) are camelCase
+        ids = [m["id"] for m in rest_get(rest, base)
+               if m["id"].split(".")[-2] in groups and m["id"].split(".")[-1].islower()]
+        for start in range(0, len(ids), 40):   # the query string stays short
+            for metric in rest_get(rest, base + "?get=" + ",".join(ids[start:start + 40])):
+                parts = metric["id"].split(".")
+                values[f"{parts[-2]}.{parts[-1]}"] += float(metric["value"])
+    return dict(values)
+
+
+def frontier_counters(rest: str) -> dict[str, int]:
+    """The `frontier.*` metrics of the running job, by name."""
+    return {name.split(".", 1)[1]: int(value) for name, value in read_metrics(rest, ("frontier",)).items()}

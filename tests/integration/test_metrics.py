@@ -10,7 +10,6 @@ import json
 import math
 import sys
 import time
-import urllib.request
 import uuid
 from collections import defaultdict
 from pathlib import Path
@@ -24,7 +23,7 @@ from pyflink.datastream import StreamExecutionEnvironment
 from crawler import kafka_io
 from crawler.crawl import seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
-from tests.integration.harness import free_port
+from tests.integration.harness import free_port, read_metrics
 from tests.paths import ROOT
 from tests.synthweb import SyntheticWebProcess, build_web, load_log
 from tests.synthweb.model import RobotsVariant, policy_from_dict
@@ -67,31 +66,6 @@ PRESENT = (
 # The frontier's gauges (operators/frontier.py, added for issue #7 by its owner).
 FRONTIER_GAUGES = (*(f"frontier.queue_depth_p{p}" for p in range(10)), "frontier.hosts_with_queue",
                    "frontier.oldest_due_age_s")
-
-
-def rest_get(rest: str, path: str):
-    with urllib.request.urlopen(rest + path, timeout=10) as response:
-        return json.load(response)
-
-
-def read_metrics(rest: str) -> dict[str, float]:
-    """User metrics of the running job, `group.name` → value summed over operators and subtasks
-    (ids read `<subtask>.<operator>.<group>.<name>`; the job runs at parallelism 1)."""
-    running = [j for j in rest_get(rest, "/jobs")["jobs"] if j["status"] == "RUNNING"]
-    if not running:
-        return {}
-    job = running[0]["id"]
-    values: dict[str, float] = defaultdict(float)
-    for vertex in rest_get(rest, f"/jobs/{job}")["vertices"]:
-        base = f"/jobs/{job}/vertices/{vertex['id']}/metrics"
-        # ours are snake_case under our groups; Flink's own (numRecordsIn ...) are camelCase
-        ids = [m["id"] for m in rest_get(rest, base)
-               if m["id"].split(".")[-2] in USER_GROUPS and m["id"].split(".")[-1].islower()]
-        for start in range(0, len(ids), 40):   # the query string stays short
-            for metric in rest_get(rest, base + "?get=" + ",".join(ids[start:start + 40])):
-                parts = metric["id"].split(".")
-                values[f"{parts[-2]}.{parts[-1]}"] += float(metric["value"])
-    return dict(values)
 
 
 def web_with_failures(workdir: Path) -> SyntheticWebProcess:
@@ -140,7 +114,7 @@ def metrics_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factor
             while time.monotonic() < deadline:
                 time.sleep(2)
                 try:
-                    last = read_metrics(rest)
+                    last = read_metrics(rest, USER_GROUPS)
                 except OSError:   # the REST endpoint comes up with the job
                     continue
                 for name, value in last.items():

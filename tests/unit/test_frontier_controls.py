@@ -12,8 +12,7 @@ from udfs.urls import url_fp
 
 
 def control(table: ControlTable, record: dict) -> None:
-    for key, value in table.rows_for(record):
-        table.apply_row(key, value)
+    table.apply(record)
 
 
 def started(table: ControlTable, **politeness) -> tuple[Harness, dict]:
@@ -122,3 +121,14 @@ def test_malformed_rows_are_ignored(key, value):
     table = ControlTable()
     table.apply_row(key, value)
     assert table.for_host("x") == ControlTable().for_host("x")
+
+
+def test_takes_down_covers_url_pattern_and_host_takedowns_alike():
+    table = ControlTable()
+    control(table, {"type": "takedown", "scope": "url", "value": "http://a.example/x"})
+    control(table, {"type": "takedown", "scope": "pattern", "value": "http://b.example/private/*"})
+    control(table, {"type": "takedown", "scope": "host", "value": "c.example:8080"})
+    assert table.takes_down("http://a.example/x") and not table.takes_down("http://a.example/y")
+    assert table.takes_down("http://b.example/private/1") and not table.takes_down("http://b.example/")
+    assert table.takes_down("http://c.example:8080/any") and not table.takes_down("http://c.example/any")
+    assert not table.takes_down("not a url")
