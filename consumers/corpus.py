@@ -1,18 +1,20 @@
 """The training-data consumer: pages.parsed → filtered, near-deduplicated Parquet (issue #9).
 
-For each page, in order: contract check, opt-out (the record's `optout` field, decision 1203),
-language allow-list, text length bounds, then corpus-level near-duplicate removal with MinHash/LSH
-(udfs.minhash) against every page already kept, this run or an earlier one. Kept pages go to
-`OUT/crawl_date=YYYY-MM-DD/part-*.parquet` (hive partitioning by the UTC date of `fetched_at`);
-every page filtered out gets one line in `OUT/_dropped.jsonl` with its url and reason.
+For each page, in order: contract check, takedowns (read from crawl.control, kept as the search index
+keeps them), opt-out (the record's `optout` field, decision 1203), language allow-list, text length
+bounds, then corpus-level near-duplicate removal with MinHash/LSH (udfs.minhash) against every page
+already kept, this run or an earlier one. Kept pages go to `OUT/crawl_date=YYYY-MM-DD/part-*.parquet`
+(hive partitioning by the UTC date of `fetched_at`); every page filtered out gets one line in
+`OUT/_dropped.jsonl` with its url and reason. A takedown also removes the pages it matches from the
+part files already written (consumers/corpus_takedowns.py, decision 1920).
 
 State lives beside the data under names that Parquet readers skip (a leading `_`, as Hadoop's
 `_SUCCESS`): `OUT/_state/minhash.sqlite` holds the signatures of kept pages, so a restarted
-consumer keeps its index; it records the shingle size, signature length and seed it was built with
-and refuses another. Per batch: Parquet files (written whole, renamed into place), then the dropped
-log, then the signatures are made durable, and only then are the Kafka offsets committed
-(at-least-once: a crash between the steps can repeat at most one batch; decision 1204).
-Decision: docs/decisions/1206-corpus-parquet-layout-and-state.md.
+consumer keeps its index, and the takedowns read so far; it records the shingle size, signature
+length and seed it was built with and refuses another. Per batch: Parquet files (written whole,
+renamed into place), then the dropped log, then the signatures are made durable, and only then are
+the Kafka offsets committed (at-least-once: a crash between the steps can repeat at most one batch;
+decision 1204). Decision: docs/decisions/1206-corpus-parquet-layout-and-state.md.
 """
 from __future__ import annotations
 
@@ -20,9 +22,10 @@ import json
 import logging
 import os
 import sqlite3
+import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,9 +35,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from consumers.corpus_takedowns import Removal, remove_taken_down
 from consumers.stream import Message, ReadLimits, consume_batches, read_page
+from crawler.audit import AuditLog
+from udfs.control import Takedown, parse_control
+from udfs.control_state import ControlTable
 from udfs.minhash import DEFAULT_MINHASH_POLICY, LshIndex, MinHashPolicy, signature
-from udfs.records import TOPIC_PAGES, ContractError
+from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, ContractError
 from udfs.urls import host_key
 
 _LOG = logging.getLogger("consumers.corpus")
@@ -95,7 +102,7 @@ class CorpusPolicy:
 class Drop:
     """Why one page stays out of the corpus: a reason code and a human-readable detail."""
 
-    reason: str       # invalid | optout | lang | too_short | too_long | near_duplicate | already_in_corpus
+    reason: str       # invalid | taken_down | optout | lang | too_short | too_long | near_duplicate | already_in_corpus
     detail: str = ""
 
 
@@ -128,6 +135,8 @@ class SignatureStore:
         self._db.executescript("""
             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
             CREATE TABLE IF NOT EXISTS signatures (key TEXT PRIMARY KEY, url TEXT NOT NULL, sig BLOB NOT NULL);
+            CREATE TABLE IF NOT EXISTS takedowns (id TEXT PRIMARY KEY, scope TEXT NOT NULL, value TEXT NOT NULL,
+                                                  issued_at REAL NOT NULL);
         """)
         wanted = {"shingle_size": str(policy.shingle_size), "num_perm": str(policy.num_perm), "seed": str(policy.seed)}
         stored = dict(self._db.execute("SELECT key, value FROM meta").fetchall())
@@ -152,6 +161,22 @@ class SignatureStore:
             self._db.executemany("INSERT OR REPLACE INTO signatures VALUES (?, ?, ?)",
                                  ((key, url, sig.astype("<u4").tobytes()) for key, url, sig in rows))
 
+    def forget(self, keys: Iterable[str]) -> None:
+        """Delete the signatures of `keys` (pages taken down) in one transaction."""
+        with self._db:
+            self._db.executemany("DELETE FROM signatures WHERE key = ?", ((key,) for key in keys))
+
+    def add_takedown(self, command: Takedown) -> None:
+        """Remember a takedown (durable when this returns); a known id changes nothing."""
+        with self._db:
+            self._db.execute("INSERT OR IGNORE INTO takedowns VALUES (?, ?, ?, ?)",
+                             (command.id, command.scope, command.value, command.issued_at))
+
+    def takedowns(self) -> list[Takedown]:
+        """Every takedown remembered, oldest first."""
+        return [Takedown(scope, value, tid, issued_at) for tid, scope, value, issued_at
+                in self._db.execute("SELECT id, scope, value, issued_at FROM takedowns ORDER BY rowid")]
+
     def close(self) -> None:
         """Close the database."""
         self._db.close()
@@ -160,12 +185,19 @@ class SignatureStore:
 class CorpusWriter:
     """Applies batches of pages.parsed messages to a corpus folder; `counts` says what happened."""
 
-    def __init__(self, out: Path | str, policy: CorpusPolicy = CorpusPolicy()) -> None:
+    def __init__(self, out: Path | str, policy: CorpusPolicy = CorpusPolicy(), *, audit: AuditLog | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.policy = policy
+        self._audit = audit
+        self._clock = clock
         self._store = SignatureStore(self.out / STATE_DIR / "minhash.sqlite", policy.minhash)
         self._index, self._urls = self._store.load()
+        # The takedowns in force, as the frontier and the search index keep them (udfs.control_state).
+        self._takedowns = ControlTable()
+        for command in self._store.takedowns():
+            self._takedowns.apply(command.to_record())
         self.counts: Counter[str] = Counter()
 
     def close(self) -> None:
@@ -179,36 +211,75 @@ class CorpusWriter:
         self.close()
 
     def apply(self, batch: list[Message]) -> None:
-        """Filter, deduplicate and write one batch; durable (Parquet, dropped log, signatures) on return."""
-        kept: dict[str, list[dict[str, Any]]] = {}
-        dropped: list[dict[str, Any]] = []
-        signatures: list[tuple[str, str, np.ndarray]] = []
+        """Filter, deduplicate and write one batch, applying its takedowns in order; durable (Parquet,
+        logs, signatures, takedowns) on return. A takedown first flushes the pages before it."""
+        pending = _Pending()
         for message in batch:
+            if message.topic == TOPIC_CONTROL:
+                command = self._takedown_of(message.value)
+                if command is not None:
+                    self._flush(pending)
+                    pending = _Pending()
+                    self.take_down(command)
+                continue
             try:
                 page = read_page(message.value)
             except ContractError as exc:
-                dropped.append(_dropped_line({"url": None, "url_fp": None, "fetched_at": None},
-                                             Drop("invalid", str(exc))))
+                pending.dropped.append(_dropped_line({"url": None, "url_fp": None, "fetched_at": None},
+                                                     Drop("invalid", str(exc))))
                 continue
             verdict, sig = self._judge(page)
             if verdict is not None:
-                dropped.append(_dropped_line(page, verdict))
+                pending.dropped.append(_dropped_line(page, verdict))
                 continue
             key = str(page["url_fp"])
             self._index.insert(key, sig)
             self._urls[key] = page["url"]
-            signatures.append((key, page["url"], sig))
-            kept.setdefault(crawl_date(page["fetched_at"]), []).append(page)
-        for date, pages in kept.items():
+            pending.signatures.append((key, page["url"], sig))
+            pending.kept.setdefault(crawl_date(page["fetched_at"]), []).append(page)
+        self._flush(pending)
+
+    def take_down(self, command: Takedown) -> Removal:
+        """Apply one takedown (issue #9): remembered (so later pages it matches are dropped as
+        `taken_down`), its rows removed from the Parquet files written, their signatures forgotten,
+        and the action recorded in the audit log (decision 1920). Idempotent."""
+        self._store.add_takedown(command)
+        self._takedowns.apply(command.to_record())
+        removal = remove_taken_down(self.out, command, self._clock())
+        forgotten = [key for key, url in self._urls.items() if command.matches(url)]
+        self._store.forget(forgotten)
+        for key in forgotten:
+            self._index.remove(key)
+            del self._urls[key]
+        self.counts["takedowns"] += 1
+        self.counts["removed"] += removal.rows
+        if self._audit is not None:
+            self._audit.record("corpus.removed", command_id=command.id, scope=command.scope, value=command.value,
+                               counts=removal.counts(), corpus=str(self.out))
+        return removal
+
+    def _takedown_of(self, raw: bytes | None) -> Takedown | None:
+        try:
+            command = parse_control(raw if raw is not None else b"")
+        except ContractError as exc:
+            self.counts["control_invalid"] += 1
+            _LOG.warning("skipped a crawl.control record: %s", exc)
+            return None
+        return command if isinstance(command, Takedown) else None
+
+    def _flush(self, pending: _Pending) -> None:
+        for date, pages in pending.kept.items():
             self._write_part(date, pages)
-        self._append_dropped(dropped)
-        self._store.add(signatures)
-        if signatures:
-            self.counts["kept"] += len(signatures)
-        self.counts.update(line["reason"] for line in dropped)
+        self._append_dropped(pending.dropped)
+        self._store.add(pending.signatures)
+        if pending.signatures:
+            self.counts["kept"] += len(pending.signatures)
+        self.counts.update(line["reason"] for line in pending.dropped)
 
     def _judge(self, page: dict[str, Any]) -> tuple[Drop | None, np.ndarray]:
         key = str(page["url_fp"])
+        if self._takedowns.takes_down(page["url"]) or self._takedowns.takes_down(page["final_url"]):
+            return Drop("taken_down", "a takedown on crawl.control covers this page"), np.empty(0)
         if key in self._index:
             return Drop("already_in_corpus", "this url_fp was written before (a replay or a recrawl)"), np.empty(0)
         verdict = screen(page, self.policy)
@@ -242,6 +313,15 @@ class CorpusWriter:
             os.fsync(log.fileno())
 
 
+@dataclass
+class _Pending:
+    """What a batch has decided but not yet written: kept pages by date, dropped lines, new signatures."""
+
+    kept: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    dropped: list[dict[str, Any]] = field(default_factory=list)
+    signatures: list[tuple[str, str, np.ndarray]] = field(default_factory=list)
+
+
 def _row(page: dict[str, Any]) -> dict[str, Any]:
     try:
         host = host_key(page["url"])
@@ -270,9 +350,9 @@ def _fsync(path: Path) -> None:
 
 
 def run_corpus(bootstrap: str, out: Path | str, policy: CorpusPolicy, limits: ReadLimits, *,
-               group_id: str = "corpus") -> dict[str, int]:
-    """Consume pages.parsed into the corpus folder `out` until `limits` stop it; returns the counts
-    (kept and one per drop reason, plus messages)."""
-    with CorpusWriter(out, policy) as writer:
-        messages = consume_batches(bootstrap, [TOPIC_PAGES], group_id, limits, writer.apply)
+               group_id: str = "corpus", audit: AuditLog | None = None) -> dict[str, int]:
+    """Consume pages.parsed and the takedowns on crawl.control into the corpus folder `out` until
+    `limits` stop it; returns the counts (kept, one per drop reason, takedowns, removed, messages)."""
+    with CorpusWriter(out, policy, audit=audit) as writer:
+        messages = consume_batches(bootstrap, [TOPIC_PAGES, TOPIC_CONTROL], group_id, limits, writer.apply)
         return {**writer.counts, "messages": messages}

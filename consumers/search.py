@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from consumers.stream import Message, ReadLimits, consume_batches, read_page
+from crawler.audit import AuditLog
 from udfs.control import Takedown, parse_control
 from udfs.control_state import ControlTable
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, ContractError
@@ -73,7 +74,7 @@ def fts5_available() -> bool:
 class SearchIndex:
     """The index in one SQLite file; `apply` takes consumed messages, `search` answers queries."""
 
-    def __init__(self, path: Path | str) -> None:
+    def __init__(self, path: Path | str, *, audit: AuditLog | None = None) -> None:
         if not fts5_available():
             raise RuntimeError("this Python's SQLite has no FTS5; the search index needs it")
         self._db = sqlite3.connect(str(path))
@@ -83,6 +84,9 @@ class SearchIndex:
         for tid, scope, value, issued_at in self._db.execute("SELECT id, scope, value, issued_at FROM takedowns"):
             self._takedowns.apply(Takedown(scope, value, tid, issued_at).to_record())
         self.counts: Counter[str] = Counter()
+        self._audit = audit
+        # Takedowns applied in the open transaction: audited once it commits (decision 1921).
+        self._applied: list[tuple[Takedown, int]] = []
 
     def close(self) -> None:
         """Close the database (every applied batch is committed already)."""
@@ -98,13 +102,19 @@ class SearchIndex:
         return int(self._db.execute("SELECT count(*) FROM docs").fetchone()[0])
 
     def apply(self, batch: list[Message]) -> None:
-        """Index the pages and apply the takedowns of one batch, in order, in one transaction."""
+        """Index the pages and apply the takedowns of one batch, in order, in one transaction; each
+        takedown is then recorded in the audit log with the pages it deleted."""
+        self._applied = []
         with self._db:
             for message in batch:
                 if message.topic == TOPIC_CONTROL:
                     self._control(message.value)
                 else:
                     self._page(message.value)
+        if self._audit is not None:
+            for command, deleted in self._applied:
+                self._audit.record("index.removed", command_id=command.id, scope=command.scope, value=command.value,
+                                   counts={"pages_deleted": deleted})
 
     def upsert(self, page: dict[str, Any]) -> str:
         """Index one checked pages.parsed record (consumers.stream.read_page); returns what happened:
@@ -179,8 +189,10 @@ class SearchIndex:
             _LOG.warning("skipped a crawl.control record: %s", exc)
             return
         if isinstance(command, Takedown):
+            deleted = self.take_down(command)
+            self._applied.append((command, deleted))
             self.counts["takedowns"] += 1
-            self.counts["deleted"] += self.take_down(command)
+            self.counts["deleted"] += deleted
 
     def _delete_ids(self, ids: list[int]) -> None:
         for doc_id in ids:
@@ -189,12 +201,12 @@ class SearchIndex:
 
 
 def run_indexer(bootstrap: str, db_path: Path | str, limits: ReadLimits, *,
-                group_id: str = "search-index") -> dict[str, int]:
+                group_id: str = "search-index", audit: AuditLog | None = None) -> dict[str, int]:
     """Consume pages.parsed and crawl.control into the index at `db_path` until `limits` stop it.
 
     Returns the counts (indexed, replaced, stale, taken_down, invalid, takedowns, deleted, messages).
     """
-    with SearchIndex(db_path) as index:
+    with SearchIndex(db_path, audit=audit) as index:
         messages = consume_batches(bootstrap, [TOPIC_PAGES, TOPIC_CONTROL], group_id, limits, index.apply)
         return {**index.counts, "messages": messages}
 

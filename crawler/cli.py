@@ -15,7 +15,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crawler.stack",  # install, up, down, status
     "crawler.crawl",  # crawl, demo, config
     "crawler.control",  # seed, host, host-status, pause, resume, takedown, api
-    "crawler.consumers",  # corpus, index, search
+    "crawler.consumers",  # corpus, index, search, takedown-apply, warc-compact
+    "crawler.retention",  # retention
     "crawler.ops",  # upgrade, rescale
 )
 

@@ -1,24 +1,40 @@
-"""`crawler corpus`, `crawler index` and `crawler search`: the downstream consumers from the command line.
+"""The downstream consumers and the takedowns on stored data, from the command line.
 
-- `corpus --out DIR`: pages.parsed → Parquet training corpus (consumers/corpus.py).
+- `corpus --out DIR`: pages.parsed + takedowns on crawl.control → Parquet training corpus (consumers/corpus.py).
 - `index --db PATH`: pages.parsed + takedowns on crawl.control → SQLite FTS5 index (consumers/search.py).
 - `search --db PATH WORDS...`: query that index.
+- `takedown-apply`: tombstone the archived captures the takedowns on crawl.control cover (consumers/tombstones.py).
+- `warc-compact`: rewrite local WARC files without their tombstoned captures (consumers/warc_compact.py).
 
 The consumers run until stopped (Ctrl-C), or until `--max-records` messages or `--idle-timeout`
-seconds without one; each prints its counts as JSON when it ends. Docs: docs/consumers.md.
+seconds without one; each prints its counts as JSON when it ends. Every action on a takedown is
+appended to the audit log (crawler/audit.py). Docs: docs/consumers.md, docs/governance.md.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
+import time
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+
 from consumers.corpus import CorpusPolicy, run_corpus
+from consumers.roots import LocalRoot, Root, open_root
 from consumers.search import SearchIndex, format_hits, hits_json, run_indexer
 from consumers.stream import DEFAULT_BATCH, ReadLimits
+from consumers.tombstones import (Tombstone, apply_to_archive, counts_by_takedown, load_tombstones, mark_compacted,
+                                  save_tombstones)
+from consumers.warc_compact import compact_warc
+from crawler import kafka_io
+from crawler.audit import AuditLog, add_audit_options, audit_from_args
 from crawler.stack import StackConfig
+from udfs.config import load_config
+from udfs.control import Takedown, parse_control
 from udfs.minhash import MinHashPolicy
+from udfs.records import TOPIC_CONTROL, ContractError
+from udfs.storage import is_s3_root
 
 DEFAULT_BOOTSTRAP = f"127.0.0.1:{StackConfig().kafka_port}"
 _HOST_PORT = re.compile(r"[^\s,:]+:\d{1,5}")
@@ -49,12 +65,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     corpus.add_argument("--num-perm", type=int, default=defaults.minhash.num_perm, help="default %(default)s")
     corpus.add_argument("--shingle-size", type=int, default=defaults.minhash.shingle_size,
                         help="words per shingle (default %(default)s)")
+    add_audit_options(corpus)
     corpus.set_defaults(func=_cmd_corpus)
 
     index = subparsers.add_parser("index", parents=[reading],
                                   help="keep a SQLite full-text index of pages.parsed (takedowns applied)")
     index.add_argument("--db", type=Path, required=True, help="SQLite file of the index (created if missing)")
     index.add_argument("--group", default="search-index", help="Kafka consumer group (default %(default)s)")
+    add_audit_options(index)
     index.set_defaults(func=_cmd_index)
 
     search = subparsers.add_parser("search", help="search the full-text index built by `crawler index`")
@@ -63,6 +81,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     search.add_argument("--json", action="store_true", help="print the hits as JSON")
     search.add_argument("query", nargs="+", help="words that every hit contains")
     search.set_defaults(func=_cmd_search)
+
+    archive = argparse.ArgumentParser(add_help=False)
+    archive.add_argument("--warc-root", help="WARC root, a directory or s3://bucket/prefix (default: job.warc_root)")
+    archive.add_argument("--config", type=Path, help="TOML file of configuration overrides ([storage], [job])")
+    archive.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    add_audit_options(archive)
+
+    apply = subparsers.add_parser("takedown-apply", parents=[archive],
+                                  help="tombstone the archived captures that the takedowns on crawl.control cover")
+    apply.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP, help="Kafka bootstrap servers (default %(default)s)")
+    apply.add_argument("--timeout", type=float, default=10.0,
+                       help="seconds to read crawl.control (default %(default)s)")
+    apply.set_defaults(func=_cmd_takedown_apply)
+
+    compact = subparsers.add_parser("warc-compact", parents=[archive],
+                                    help="rewrite local WARC files without their tombstoned captures")
+    compact.add_argument("--file", action="append", default=[], metavar="NAME",
+                         help="only this WARC file, relative to the root (repeatable; default: every tombstoned one)")
+    compact.set_defaults(func=_cmd_warc_compact)
 
 
 def read_limits(args: argparse.Namespace) -> ReadLimits:
@@ -92,7 +129,8 @@ def _cmd_corpus(args: argparse.Namespace) -> int:
     limits, policy = read_limits(args), corpus_policy(args)
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out {args.out} exists and is not a folder")
-    print(json.dumps(run_corpus(args.bootstrap, args.out, policy, limits, group_id=args.group), sort_keys=True))
+    counts = run_corpus(args.bootstrap, args.out, policy, limits, group_id=args.group, audit=audit_from_args(args))
+    print(json.dumps(counts, sort_keys=True))
     return 0
 
 
@@ -100,7 +138,8 @@ def _cmd_index(args: argparse.Namespace) -> int:
     limits = read_limits(args)
     if args.db.is_dir():
         raise ValueError(f"--db {args.db} is a folder; give the path of a SQLite file")
-    print(json.dumps(run_indexer(args.bootstrap, args.db, limits, group_id=args.group), sort_keys=True))
+    counts = run_indexer(args.bootstrap, args.db, limits, group_id=args.group, audit=audit_from_args(args))
+    print(json.dumps(counts, sort_keys=True))
     return 0
 
 
@@ -113,3 +152,71 @@ def _cmd_search(args: argparse.Namespace) -> int:
         hits = index.search(" ".join(args.query), limit=args.limit)
     print(hits_json(hits) if args.json else format_hits(hits))
     return 0
+
+
+def read_takedowns(bootstrap: str, timeout_s: float) -> list[Takedown]:
+    """Every valid takedown on crawl.control, oldest first (invalid records are the job's to report)."""
+    try:
+        records = kafka_io.consume(bootstrap, TOPIC_CONTROL, timeout_s=timeout_s)
+    except KafkaException as exc:
+        raise RuntimeError(f"cannot read {TOPIC_CONTROL} from {bootstrap}: {exc}") from None
+    found = []
+    for _key, value in records:
+        try:
+            command = parse_control(value)
+        except ContractError:
+            continue
+        if isinstance(command, Takedown):
+            found.append(command)
+    return sorted(found, key=lambda t: t.issued_at)
+
+
+def _archive(args: argparse.Namespace) -> tuple[str, Root]:
+    config = load_config(args.config.read_text(encoding="utf-8") if args.config else "", args.overrides)
+    location = args.warc_root or config.job.warc_root
+    return location, open_root(location, config.storage)
+
+
+def _cmd_takedown_apply(args: argparse.Namespace) -> int:
+    audit = audit_from_args(args)
+    location, root = _archive(args)
+    takedowns = read_takedowns(args.bootstrap, args.timeout)
+    new = apply_to_archive(root, takedowns, time.time())
+    by_takedown = counts_by_takedown(new)
+    for command_id, done in by_takedown.items():
+        audit.record("warc.tombstoned", command_id=command_id, scope=done["scope"], value=done["value"],
+                     counts=done["counts"], warc_root=location)
+    print(json.dumps({"takedowns": len(takedowns), "tombstoned": len(new), "by_takedown": by_takedown},
+                     sort_keys=True))
+    return 0
+
+
+def _cmd_warc_compact(args: argparse.Namespace) -> int:
+    audit = audit_from_args(args)
+    location, root = _archive(args)
+    if is_s3_root(location) or not isinstance(root, LocalRoot):
+        raise ValueError(f"warc-compact works on a local WARC root; {location} is in S3 (its tombstones stay in force)")
+    tombstones = load_tombstones(root)
+    pending = sorted({t.warc for t in tombstones if not t.compacted})
+    unknown = sorted(set(args.file) - set(pending))
+    if unknown:
+        raise ValueError(f"--file {unknown[0]}: no tombstone waits for compaction in that file")
+    chosen = [name for name in pending if not args.file or name in args.file]
+    done = []
+    for warc in chosen:
+        ours = [t for t in tombstones if t.warc == warc and not t.compacted]
+        path = root.path / warc
+        result = compact_warc(path, path.with_name(path.name.replace(".warc.gz", ".cdxj")), {t.url for t in ours})
+        tombstones = mark_compacted(tombstones, warc)
+        save_tombstones(root, tombstones)
+        _audit_compaction(audit, warc, ours, result.records_dropped)
+        done.append(result.__dict__)
+    print(json.dumps({"compacted": done}, sort_keys=True))
+    return 0
+
+
+def _audit_compaction(audit: AuditLog, warc: str, tombstones: list[Tombstone], records_dropped: int) -> None:
+    for command_id, summary in counts_by_takedown(tombstones).items():
+        audit.record("warc.compacted", command_id=command_id, scope=summary["scope"], value=summary["value"],
+                     counts={"captures": summary["counts"]["captures"], "records_dropped_in_file": records_dropped},
+                     warc=warc)

@@ -1,5 +1,5 @@
 """Operator control without a deploy (issue #7): `crawler seed | host | host-status | pause | resume |
-takedown | api`.
+takedown | api`. Accepted takedowns are recorded in the audit log (issue #9, crawler/audit.py).
 
 Every command is validated by the contract in udfs/control.py before anything is written; a good one
 goes to Kafka (`crawl.control`, or `crawl.frontier` for seeds) through crawler/kafka_io.py, a bad one is
@@ -26,16 +26,19 @@ from aiohttp import web
 from confluent_kafka import KafkaException
 
 from crawler import kafka_io
+from crawler.audit import AuditLog, add_audit_options, audit_from_args, check_actor
 from crawler.crawl import read_seed_file
 from crawler.stack import StackConfig
-from udfs.control import (MAX_SEEDS, ControlCommand, HostView, SeedsRejected, fold_host_views, host_control,
-                          normalize_host, parse_control, pause, rejected_command, resume, seed_batches, takedown)
+from udfs.control import (MAX_SEEDS, ControlCommand, HostView, SeedsRejected, Takedown, fold_host_views,
+                          host_control, normalize_host, parse_control, pause, rejected_command, resume, seed_batches,
+                          takedown)
 from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_STATUS, ContractError, encode, json_object
 
 DEFAULT_BOOTSTRAP = f"127.0.0.1:{StackConfig().kafka_port}"
 DEFAULT_API_PORT = 8787
 DEFAULT_API_BIND = "127.0.0.1"
 MAX_BODY_BYTES = 4 * 1024 * 1024    # MAX_SEEDS URLs of a few hundred characters each
+ACTOR_HEADER = "X-Crawler-Actor"    # who sends a takedown through the API, for the audit log
 _LOG = logging.getLogger("crawler.control")
 
 
@@ -180,12 +183,16 @@ def command_from_args(args: argparse.Namespace, stamp: dict[str, Any]) -> Contro
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _WRITER = web.AppKey("writer", ControlWriter)
+_AUDIT = web.AppKey("audit", AuditLog)
 
 
-def make_app(writer: ControlWriter) -> web.Application:
-    """The control API (issue #7) over `writer`; docs/control.md describes each route."""
+def make_app(writer: ControlWriter, audit: AuditLog | None = None) -> web.Application:
+    """The control API (issue #7) over `writer`; docs/control.md describes each route. With `audit`,
+    every accepted takedown is recorded in the audit log (issue #9, docs/governance.md)."""
     app = web.Application(middlewares=[_errors_as_json], client_max_size=MAX_BODY_BYTES)
     app[_WRITER] = writer
+    if audit is not None:
+        app[_AUDIT] = audit
     app.add_routes([
         web.post("/v1/seeds", _post_seeds),
         web.put("/v1/hosts/{host}", _put_host),
@@ -296,7 +303,21 @@ async def _post_resume(request: web.Request) -> web.Response:
 async def _post_takedown(request: web.Request) -> web.Response:
     body = await _body(request)
     stamp = request.app[_WRITER].stamp()
-    return await _write(request, lambda: takedown_command(body, stamp))
+    audit = request.app.get(_AUDIT)
+    header = request.headers.get(ACTOR_HEADER)
+    try:
+        command = takedown_command(body, stamp)
+    except ContractError as exc:
+        raise _Refused(422, str(exc)) from None
+    try:
+        actor = check_actor(header) if header is not None else None
+    except ValueError as exc:
+        raise _Refused(422, f"{ACTOR_HEADER}: {exc}") from None
+    response = await _write(request, lambda: command)
+    if audit is not None and isinstance(command, Takedown):
+        await asyncio.to_thread(audit.record, "takedown.accepted", command_id=command.id, scope=command.scope,
+                                value=command.value, actor=actor, source="api", peer=request.remote or "")
+    return response
 
 
 # --- the `crawler` subcommands of this module (see crawler/cli.py) -----------------------------------
@@ -337,11 +358,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument("--url", help="one URL (normalised)")
     what.add_argument("--host", help="every URL of a host")
     what.add_argument("--pattern", help="a glob over normalised URLs, e.g. 'http*://*.example.com/private/*'")
+    add_audit_options(down)
     down.set_defaults(func=_cmd_command)
 
     api = subparsers.add_parser("api", parents=[common], help="serve the control HTTP API")
     api.add_argument("--port", type=int, default=DEFAULT_API_PORT)
     api.add_argument("--bind", default=DEFAULT_API_BIND, help="address to listen on (default: loopback only)")
+    add_audit_options(api)
     api.set_defaults(func=_cmd_api)
 
 
@@ -359,11 +382,16 @@ def arguments_json(args: argparse.Namespace) -> str:
 
 def _cmd_command(args: argparse.Namespace) -> int:
     writer = ControlWriter(args.bootstrap, "cli")
+    # A takedown is audited (issue #9); a bad --actor is refused before anything is written.
+    audit = audit_from_args(args) if args.command == "takedown" else None
     try:
         command = command_from_args(args, writer.stamp())
     except ContractError as exc:
         return _refuse(writer, args, str(exc))
     print(json.dumps(writer.submit(command)))
+    if audit is not None and isinstance(command, Takedown):
+        audit.record("takedown.accepted", command_id=command.id, scope=command.scope, value=command.value,
+                     source="cli")
     return 0
 
 
@@ -407,7 +435,7 @@ def _cmd_api(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be a TCP port (1-65535), got {args.port}")
     if not _is_loopback(args.bind):
         print(f"warning: the control API has no authentication and now listens on {args.bind}", file=sys.stderr)
-    app = make_app(ControlWriter(args.bootstrap, "api"))
+    app = make_app(ControlWriter(args.bootstrap, "api"), audit_from_args(args))
     web.run_app(app, host=args.bind, port=args.port, print=lambda line: print(line, file=sys.stderr))
     return 0
 

@@ -38,6 +38,7 @@ SECTIONS: dict[str, str] = {
     "dedup": "udfs.dedup:DedupPolicy",
     "recrawl": "udfs.recrawl:RecrawlPolicy",
     "host_quality": "udfs.host_quality:QualityPolicy",
+    "retention": "udfs.retention:RetentionPolicy",
 }
 
 

@@ -1,7 +1,10 @@
 """Both downstream consumers against a real Kafka broker: realistic pages.parsed records (real pages from
 WEBDATA parsed by the job's own parse step, near-duplicate copies, an opted-out page) go to the topic;
 the corpus consumer writes Parquet, the search consumer an FTS5 index; a takedown on crawl.control
-removes a page from the index."""
+removes a page from the index and from the Parquet files already written. Governance against real
+servers: `crawler takedown` is audited, `crawler takedown-apply` tombstones archived captures on disk
+and in S3 (S3Proxy), `crawler retention` deletes old objects from S3. The whole loop (a takedown during
+a crawl) is tests/integration/test_takedown_e2e.py."""
 from __future__ import annotations
 
 import gzip
@@ -9,25 +12,37 @@ import json
 import random
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow.dataset as ds
 import pytest
 
 from consumers.corpus import CorpusPolicy, run_corpus
+from consumers.roots import open_root
 from consumers.search import SearchIndex
 from consumers.stream import ReadLimits
+from consumers.tombstones import load_tombstones
 from crawler import kafka_io
+from crawler.audit import AUDIT_ENV, AuditLog, os_actor, read_audit
 from crawler.cli import main
+from crawler.s3proxy import S3ProxyServer
+from operators.object_store import ObjectStore, make_client
 from operators.parse import parse_result
-from operators.warc_writer import Location, parsed_page
+from operators.warc_writer import Location, WarcFiles, WarcFileSettings, capture_records, parsed_page
+from tests.integration.harness import free_port
+from tests.integration.test_warc_writer import T0 as WARC_T0
+from tests.integration.test_warc_writer import result as warc_result
 from tests.paths import WEBDATA
 from udfs.control import takedown
 from udfs.fetch_status import fetch_result
 from udfs.minhash import estimated_jaccard, signature
 from udfs.optout import decide
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, FetchRequest, FetchStatus, encode
+from udfs.storage import StoragePolicy, parse_s3_root
 from udfs.urls import host_key, normalize_url, url_fp
+from udfs.warc import WarcBuilder
 
 pytestmark = pytest.mark.integration
 
@@ -57,6 +72,12 @@ def syndicated(page: dict[str, Any], host: str, seed: int) -> dict[str, Any]:
     url = f"https://{host}/syndication/{seed}"
     return {**page, "url": url, "url_fp": url_fp(url), "final_url": url,
             "text": "Home News Sport Weather. " + " ".join(words) + " © Partner Network, all rights reserved."}
+
+
+@pytest.fixture(autouse=True)
+def private_audit_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Commands run without --audit-log write here, not to the project's out/audit.jsonl."""
+    monkeypatch.setenv(AUDIT_ENV, str(tmp_path / "default-audit.jsonl"))
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +183,127 @@ def test_search_consumer_indexes_pages_and_applies_a_takedown(kafka_bootstrap, p
         assert target["url"] not in [h.url for h in index.search(word, limit=100)]
         assert index.search(produced["original3"]["text"].split()[50])   # the rest is still there
 
+
+
+# --- governance: takedowns applied to stored data, tombstones, audit, retention (issue #9) --------------
+
+
+def test_the_corpus_consumer_removes_a_page_already_written_when_a_takedown_arrives(kafka_bootstrap, produced,
+                                                                                     tmp_path):
+    out, group, log = tmp_path / "corpus", f"corpus-{uuid.uuid4().hex}", tmp_path / "audit.jsonl"
+    limits = ReadLimits(idle_timeout_s=IDLE_S)
+    first = run_corpus(kafka_bootstrap, out, CorpusPolicy(), limits, group_id=group, audit=AuditLog(log))
+    target = produced["original3"]["url"]
+    assert target in ds.dataset(out, partitioning="hive").to_table().column("url").to_pylist()
+
+    command = takedown("url", target, id=uuid.uuid4().hex, issued_at=time.time())
+    kafka_io.produce(kafka_bootstrap, TOPIC_CONTROL, [(command.key(), encode(command.to_record()))])
+    again = run_corpus(kafka_bootstrap, out, CorpusPolicy(), limits, group_id=group, audit=AuditLog(log))
+    assert again["takedowns"] >= 1 and again["removed"] >= 1
+
+    urls = ds.dataset(out, partitioning="hive").to_table().column("url").to_pylist()
+    assert target not in urls and len(urls) <= first["kept"] - 1
+    removed = [json.loads(line) for line in (out / "_removed.jsonl").read_text().splitlines()]
+    assert [(r["url"], r["takedown_id"]) for r in removed if r["url"] == target] == [(target, command.id)]
+    [line] = [l for l in read_audit(log) if l["command_id"] == command.id]
+    assert line["event"] == "corpus.removed" and line["counts"]["rows_removed"] == 1
+
+    # the page published again later (a replay, a recrawl elsewhere in the pipeline) stays out
+    kafka_io.produce(kafka_bootstrap, TOPIC_PAGES, [(str(produced["original3"]["url_fp"]),
+                                                     encode({**produced["original3"], "fetched_at": time.time()}))])
+    run_corpus(kafka_bootstrap, out, CorpusPolicy(), limits, group_id=group)
+    assert target not in ds.dataset(out, partitioning="hive").to_table().column("url").to_pylist()
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3ProxyServer]:
+    """A fresh S3Proxy on a free loopback port, stopped after this module."""
+    server = S3ProxyServer(tmp_path_factory.mktemp("s3proxy"), free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def storage(s3_server: S3ProxyServer) -> StoragePolicy:
+    return StoragePolicy(endpoint_url=s3_server.endpoint_url, region="us-east-1", addressing_style="path",
+                         access_key_id=s3_server.identity, secret_access_key=s3_server.credential, max_attempts=2)
+
+
+def storage_overrides(policy: StoragePolicy) -> list[str]:
+    """`--set` pairs that give a command the same [storage] section."""
+    pairs = []
+    for key in ("endpoint_url", "region", "addressing_style", "access_key_id", "secret_access_key"):
+        pairs += ["--set", f'storage.{key}="{getattr(policy, key)}"']
+    return pairs
+
+
+def archive_captures(root: str, staging: Path, urls: list[str], store: ObjectStore | None = None) -> None:
+    """Captures of `urls` written by the crawl's WARC writer under `root` (or uploaded through `store`)."""
+    files = WarcFiles(root if store is None else str(staging), 0, WarcBuilder(),
+                      WarcFileSettings(max_file_bytes=4000, fsync=False), clock=lambda: WARC_T0, store=store)
+    builder = WarcBuilder()
+    for url in urls:
+        fetched = warc_result(url)
+        files.append(lambda info, fetched=fetched: capture_records(builder, fetched, info))
+    files.close()
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_takedown_command_is_audited_and_takedown_apply_tombstones_its_captures(
+        kafka_bootstrap, storage, tmp_path, capsys, where):
+    host = f"gov-{uuid.uuid4().hex[:8]}.test"
+    urls = [f"http://{host}/", f"http://{host}/a", "http://site.test/", f"http://{host}/b"]
+    log = tmp_path / "audit.jsonl"
+    if where == "local":
+        root, overrides = str(tmp_path / "warc"), []
+        archive_captures(root, tmp_path / "staging", urls)
+    else:
+        bucket = f"warc-{uuid.uuid4().hex[:12]}"
+        make_client(storage).create_bucket(Bucket=bucket)
+        root, overrides = f"s3://{bucket}/archive", storage_overrides(storage)
+        archive_captures(root, tmp_path / "staging", urls, ObjectStore(storage, parse_s3_root(root)))
+
+    boot = ["--bootstrap", kafka_bootstrap]
+    assert main(["takedown", "--host", host, "--actor", "legal@example.org", "--audit-log", str(log), *boot]) == 0
+    command_id = json.loads(capsys.readouterr().out)["id"]
+    assert main(["takedown-apply", "--warc-root", root, "--audit-log", str(log), *boot, *overrides]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["by_takedown"][command_id]["counts"]["captures"] == 3
+
+    tombstones = load_tombstones(open_root(root, storage))
+    assert sorted(t.url for t in tombstones if t.takedown_id == command_id) == sorted(urls[:2] + urls[3:])
+    assert all(t.warc.startswith("crawl/") and not t.compacted for t in tombstones)
+    mine = [l for l in read_audit(log) if l["command_id"] == command_id]
+    assert [(l["event"], l["actor"]) for l in mine] == [("takedown.accepted", "legal@example.org"),
+                                                        ("warc.tombstoned", os_actor())]
+    assert mine[1]["counts"] == {"captures": 3, "warc_files": len({t.warc for t in tombstones})}
+
+    # a second run finds nothing new
+    assert main(["takedown-apply", "--warc-root", root, "--audit-log", str(log), *boot, *overrides]) == 0
+    assert command_id not in json.loads(capsys.readouterr().out)["by_takedown"]
+
+
+def test_retention_deletes_old_objects_from_s3_and_keeps_the_rest(storage, tmp_path, capsys):
+    bucket = f"keep-{uuid.uuid4().hex[:12]}"
+    client = make_client(storage)
+    client.create_bucket(Bucket=bucket)
+    old, new = "2020-01-01", "2099-01-01"
+    keys = [f"archive/crawl/{old}/0/00000.warc.gz", f"archive/crawl/{old}/0/00000.cdxj",
+            f"archive/crawl/{new}/0/00000.warc.gz", "archive/tombstones.jsonl",
+            f"corpus/crawl_date={old}/part-a.parquet", f"corpus/crawl_date={new}/part-b.parquet",
+            "corpus/_state/minhash.sqlite"]
+    for key in keys:
+        client.put_object(Bucket=bucket, Key=key, Body=b"x")
+    argv = ["retention", "--warc-root", f"s3://{bucket}/archive", "--corpus", f"s3://{bucket}/corpus",
+            "--audit-log", str(tmp_path / "audit.jsonl"), *storage_overrides(storage)]
+
+    assert main([*argv, "--dry-run"]) == 0
+    assert [s["files"] for s in json.loads(capsys.readouterr().out)["swept"]] == [2, 1]
+    assert main(argv) == 0
+    capsys.readouterr()
+    left = sorted(item["Key"] for item in client.list_objects_v2(Bucket=bucket).get("Contents", []))
+    assert left == sorted(set(keys) - {keys[0], keys[1], keys[4]})
+    assert [l["scope"] for l in read_audit(tmp_path / "audit.jsonl")] == ["warc", "corpus"]

@@ -1,4 +1,5 @@
-"""The corpus consumer's writer: filters, near-duplicate removal, Parquet round-trip, dropped log, state."""
+"""The corpus consumer's writer: filters, near-duplicate removal, Parquet round-trip, dropped log, state,
+and takedowns applied to the files already written (atomic rewrite, removal log, audit line)."""
 from __future__ import annotations
 
 import gzip
@@ -12,10 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from consumers.corpus import PARQUET_SCHEMA, CorpusPolicy, CorpusWriter, Drop, crawl_date, screen
+from consumers.corpus_takedowns import REMOVED_LOG, part_files
 from consumers.stream import Message
+from crawler.audit import AuditLog, read_audit
 from tests.paths import WEBDATA
+from udfs.control import pause, takedown
 from udfs.minhash import MinHashPolicy, estimated_jaccard, signature
-from udfs.records import TOPIC_PAGES, encode
+from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, encode
 from udfs.urls import url_fp
 
 DAY1 = 1_767_225_600.0          # 2026-01-01T00:00:00Z
@@ -183,3 +187,104 @@ def test_corpus_command_rejects_bad_options_before_reading(tmp_path, capsys, arg
     assert main(["corpus", "--out", str(tmp_path / "c"), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "c").exists()
+
+
+def control(scope: str, value: str, n: int = 0) -> Message:
+    command = takedown(scope, value, id=f"{n:012x}4000a{n:015x}", issued_at=DAY2)
+    return Message(TOPIC_CONTROL, 0, 1000 + n, command.key().encode(), encode(command.to_record()))
+
+
+def urls_in(out: Path) -> set[str]:
+    return set(ds.dataset(out, format="parquet", partitioning="hive").to_table().column("url").to_pylist())
+
+
+def removed(out: Path) -> list[dict[str, Any]]:
+    path = out / REMOVED_LOG
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+STORED = [page("https://a.example/1", ARTICLES[0]), page("https://a.example/private/2", ARTICLES[1]),
+          page("https://b.example/3", ARTICLES[2], fetched_at=DAY2), page("https://c.example/4", ARTICLES[3])]
+
+
+@pytest.mark.parametrize("scope,value,gone", [
+    ("url", "https://a.example/1", {"https://a.example/1"}),
+    ("host", "a.example", {"https://a.example/1", "https://a.example/private/2"}),
+    ("pattern", "https://a.example/private/*", {"https://a.example/private/2"}),
+    ("host", "b.example", {"https://b.example/3"}),
+    ("host", "nobody.example", set()),
+])
+def test_a_takedown_removes_stored_rows_and_logs_each_removal(tmp_path, scope, value, gone):
+    audit = AuditLog(tmp_path / "audit.jsonl", actor="t", clock=lambda: DAY2)
+    out = tmp_path / "corpus"
+    with CorpusWriter(out, audit=audit, clock=lambda: DAY2) as writer:
+        writer.apply(msgs(*STORED))
+        writer.apply([control(scope, value)])
+        assert writer.counts["takedowns"] == 1 and writer.counts["removed"] == len(gone)
+    assert urls_in(out) == {p["url"] for p in STORED} - gone
+    assert {line["url"] for line in removed(out)} == gone
+    assert all(line["scope"] == scope and line["value"] == value for line in removed(out))
+    [line] = read_audit(tmp_path / "audit.jsonl")
+    assert line["event"] == "corpus.removed" and line["counts"]["rows_removed"] == len(gone)
+    assert not list(out.rglob(".*.tmp"))
+    for path in part_files(out):   # every file left is whole, with the corpus schema
+        assert pq.read_schema(path).equals(PARQUET_SCHEMA)
+
+
+def test_a_file_left_empty_is_deleted_and_others_are_rewritten_in_place(tmp_path):
+    with CorpusWriter(tmp_path) as writer:
+        writer.apply(msgs(*STORED[:2]))           # one file of day 1
+        writer.apply(msgs(STORED[2]))              # one file of day 2
+        before = {p.name for p in part_files(tmp_path)}
+        writer.apply([control("host", "b.example")])
+        writer.apply([control("url", "https://a.example/1", 1)])
+    after = part_files(tmp_path)
+    assert len(before) == 2 and len(after) == 1 and after[0].name in before
+    assert not list((tmp_path / "crawl_date=2026-01-02").glob("*.parquet"))
+    assert urls_in(tmp_path) == {"https://a.example/private/2"}
+
+
+def test_pages_after_a_takedown_are_dropped_even_after_a_restart(tmp_path):
+    with CorpusWriter(tmp_path) as writer:
+        writer.apply([control("host", "a.example")])
+    with CorpusWriter(tmp_path) as writer:
+        writer.apply(msgs(STORED[0], STORED[3]))
+        assert writer.counts == {"kept": 1, "taken_down": 1}
+    assert urls_in(tmp_path) == {"https://c.example/4"}
+    assert [line["reason"] for line in dropped(tmp_path)] == ["taken_down"]
+
+
+def test_a_takedown_in_the_middle_of_a_batch_applies_to_the_pages_before_it(tmp_path):
+    with CorpusWriter(tmp_path) as writer:
+        writer.apply([*msgs(STORED[0]), control("url", "https://a.example/1"), *msgs(STORED[3])])
+        assert writer.counts["removed"] == 1
+    assert urls_in(tmp_path) == {"https://c.example/4"}
+
+
+def test_a_taken_down_page_no_longer_blocks_its_near_duplicates(tmp_path):
+    copy = page("https://mirror.example/story", near_copy(ARTICLES[0]))
+    with CorpusWriter(tmp_path) as writer:
+        writer.apply(msgs(STORED[0]))
+        writer.apply([control("url", "https://a.example/1")])
+        writer.apply(msgs(copy))
+        assert writer.counts["kept"] == 2
+    assert urls_in(tmp_path) == {"https://mirror.example/story"}
+
+
+def test_replaying_a_takedown_changes_nothing(tmp_path):
+    with CorpusWriter(tmp_path) as writer:
+        writer.apply(msgs(*STORED))
+        writer.apply([control("host", "a.example")])
+        files = {p: p.stat().st_mtime_ns for p in part_files(tmp_path)}
+        writer.apply([control("host", "a.example")])
+        assert writer.counts["removed"] == 2
+    assert {p: p.stat().st_mtime_ns for p in part_files(tmp_path)} == files
+    assert len(removed(tmp_path)) == 2
+
+
+def test_other_control_commands_and_bad_control_records_are_skipped(tmp_path):
+    command = pause(id="0" * 12 + "4" + "0" * 3 + "8" + "0" * 15, issued_at=DAY2)
+    with CorpusWriter(tmp_path) as writer:
+        writer.apply(msgs(*STORED[:1]) + [Message(TOPIC_CONTROL, 0, 7, b"*", encode(command.to_record())),
+                                          Message(TOPIC_CONTROL, 0, 8, b"*", b"{not json")])
+        assert writer.counts == {"kept": 1, "control_invalid": 1}

@@ -1,4 +1,5 @@
-"""The search consumer's SQLite FTS5 index: upsert on recrawl, takedowns with tombstones, ranked search."""
+"""The search consumer's SQLite FTS5 index: upsert on recrawl, takedowns with tombstones and audit lines,
+ranked search."""
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ import pytest
 
 from consumers.search import SearchIndex, format_hits, fts5_available, hits_json
 from consumers.stream import Message, read_page
+from crawler.audit import AuditLog, read_audit
 from udfs.control import takedown
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, ContractError, encode
 from udfs.urls import url_fp
@@ -90,6 +92,21 @@ def test_takedown_deletes_matching_pages_and_keeps_a_tombstone(index, scope, val
     index.apply([msg(TOPIC_PAGES, page(u, "common word platypus", fetched_at=5000.0)) for u in gone])
     assert {h.url for h in index.search("platypus")} == kept
     assert index.counts["taken_down"] == len(gone)
+
+
+def test_each_takedown_is_audited_with_the_pages_it_deleted_after_the_batch_commits(tmp_path):
+    audit = AuditLog(tmp_path / "audit.jsonl", actor="indexer")
+    with SearchIndex(tmp_path / "search.sqlite", audit=audit) as index:
+        index.apply([msg(TOPIC_PAGES, page(u, "wombat")) for u in ("https://a.example/1", "https://a.example/2", B)])
+        first = takedown("host", "a.example", id=ID, issued_at=1_767_225_600.0)
+        second = takedown("url", B, id=ID.replace("0", "1", 1), issued_at=1_767_225_601.0)
+        index.apply([msg(TOPIC_CONTROL, first.to_record()), msg(TOPIC_CONTROL, second.to_record())])
+        index.apply([msg(TOPIC_PAGES, page("https://c.example/", "wombat"))])   # no takedown: no line
+    lines = read_audit(tmp_path / "audit.jsonl")
+    assert [(l["event"], l["command_id"], l["scope"], l["value"], l["counts"]) for l in lines] == [
+        ("index.removed", first.id, "host", "a.example", {"pages_deleted": 2}),
+        ("index.removed", second.id, "url", B, {"pages_deleted": 1})]
+    assert {l["actor"] for l in lines} == {"indexer"}
 
 
 def test_tombstones_survive_a_restart(tmp_path):
