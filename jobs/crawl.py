@@ -195,34 +195,43 @@ OUTPUT_TOPICS = (TOPIC_FRONTIER, TOPIC_PAGES, TOPIC_STATUS)
 
 
 def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS) -> Sinks:
-    """One keyed Kafka sink per topic. The Table API's Kafka connector writes a chosen column as the
-    record key (`key.fields`), which the DataStream KafkaSink cannot do from Python: `crawl.frontier`
-    is keyed by host and `pages.parsed` by url_fp, so each topic's partitions follow its key."""
+    """One keyed Kafka sink for every output topic. The Table API's Kafka connector writes a chosen
+    column as the record key (`key.fields`), which the DataStream KafkaSink cannot do from Python:
+    `crawl.frontier` is keyed by host and `pages.parsed` by url_fp, so each topic's partitions follow
+    its key. The record's topic is the writable `topic` metadata column, so one Python map turns every
+    (topic, key, value) triple into a row (a filter per topic would read every triple once per topic);
+    a triple for any other topic fails that map with the topic named (a bug, not bad input)."""
+
+    allowed = frozenset(topics)
+
+    def to_row(triple: tuple[str, str, bytes]) -> Row:
+        topic, key, value = triple
+        if topic not in allowed:
+            raise ValueError(f"the job wrote to {topic!r}, not one of its output topics {sorted(allowed)}")
+        return Row(key, bytes(value), topic)
 
     def emit(env: StreamExecutionEnvironment, triples: DataStream) -> None:
         t_env = StreamTableEnvironment.create(env)
+        t_env.create_temporary_table("sink_kafka", TableDescriptor.for_connector("kafka")
+                                     .schema(Schema.new_builder()
+                                             .column("k", DataTypes.STRING())
+                                             .column("v", DataTypes.BYTES())
+                                             .column_by_metadata("topic", DataTypes.STRING(), "topic")
+                                             .build())
+                                     .option("topic", ";".join(sorted(allowed)))  # the metadata picks one
+                                     .option("properties.bootstrap.servers", bootstrap)
+                                     .option("properties.max.request.size", str(16 * 1024 * 1024))
+                                     .option("key.format", "raw")
+                                     .option("key.fields", "k")
+                                     .option("value.format", "raw")
+                                     .option("value.fields-include", "EXCEPT_KEY")
+                                     .option("sink.delivery-guarantee", "at-least-once")
+                                     .build())
+        rows = triples.map(to_row, output_type=Types.ROW_NAMED(
+            ["k", "v", "topic"], [Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.STRING()])
+        ).uid("rows-for-kafka").name("rows for kafka")
         statements = t_env.create_statement_set()
-        for topic in topics:
-            name = "sink_" + topic.replace(".", "_")
-            t_env.create_temporary_table(name, TableDescriptor.for_connector("kafka")
-                                         .schema(Schema.new_builder()
-                                                 .column("k", DataTypes.STRING())
-                                                 .column("v", DataTypes.BYTES())
-                                                 .build())
-                                         .option("topic", topic)
-                                         .option("properties.bootstrap.servers", bootstrap)
-                                         .option("properties.max.request.size", str(16 * 1024 * 1024))
-                                         .option("key.format", "raw")
-                                         .option("key.fields", "k")
-                                         .option("value.format", "raw")
-                                         .option("value.fields-include", "EXCEPT_KEY")
-                                         .option("sink.delivery-guarantee", "at-least-once")
-                                         .build())
-            rows = (triples.filter(lambda t, topic=topic: t[0] == topic).uid(f"to-{topic}").name(f"to {topic}")
-                    .map(lambda t: Row(t[1], bytes(t[2])),
-                         output_type=Types.ROW_NAMED(["k", "v"], [Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())]))
-                    .uid(f"rows-{topic}").name(f"rows for {topic}"))
-            statements.add_insert(name, t_env.from_data_stream(rows))
+        statements.add_insert("sink_kafka", t_env.from_data_stream(rows))
         statements.attach_as_datastream()
 
     return Sinks(emit=emit)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import heapq
-import json
 import math
 import random
 import time
@@ -140,6 +139,7 @@ class HostFrontier:
                  policy: fl.FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
                  robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY, rules_cache_size: int = 1024,
+                 states_cache_size: int = 8192,
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, controls: ControlTable | None = None,
                  seen: SeenFilter | None = None, epoch: int = 1, due: MapLike | None = None,
                  recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, gauges: FrontierGauges | None = None,
@@ -160,10 +160,12 @@ class HostFrontier:
         self.count, self.parse_rules = count, parse_rules
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self._rules: OrderedDict[str, tuple[float, fl.RulesLike]] = OrderedDict()
+        self._states: OrderedDict[str, tuple[str, fl.HostState]] = OrderedDict()  # host → (row, parsed)
+        self._states_cache_size = states_cache_size
         self._rules_cache_size = rules_cache_size
 
     def on_event(self, host: str, event: dict[str, Any], now: float) -> Effects:
-        state = before = fl.HostState.from_row(self.host_row.value())
+        state = before = self._load(host)
         self._due_timers = []
         controls = self.controls.for_host(host)
         kind = event.get("type") if isinstance(event, dict) else None
@@ -174,7 +176,7 @@ class HostFrontier:
                                               *self._recrawl_args(state))
             state = self._apply(state, outcome)
             if outcome.matched and event.get("http_status") == 200:
-                state = dataclasses.replace(state, quality=observe_quality(
+                state = fl.replace(state, quality=observe_quality(
                     state.quality, event.get("duplicate") is True, event.get("near_duplicate") is True, self.quality))
         elif kind == "robots":
             state = self._robots_result(host, state, event, now, controls)
@@ -183,10 +185,10 @@ class HostFrontier:
         return self._release(host, state, now, controls, before)
 
     def on_timer(self, host: str, timer_ms: int, now: float) -> Effects:
-        state = before = fl.HostState.from_row(self.host_row.value())
+        state = before = self._load(host)
         self._due_timers = []
         if state.timer_ms == timer_ms:  # the registered timer has fired; a stale one leaves it in place
-            state = dataclasses.replace(state, timer_ms=0)
+            state = fl.replace(state, timer_ms=0)
         elif self.due is not None:
             state = self._release_due(state, timer_ms, now)
         controls = self.controls.for_host(host)
@@ -212,17 +214,16 @@ class HostFrontier:
         old = fl.UrlRecord.from_row(row) if row is not None else None
         if old is None or old.history is None:
             return record
-        return dataclasses.replace(record, etag=record.etag or old.etag,
+        return fl.replace(record, etag=record.etag or old.etag,
                                    last_modified=record.last_modified or old.last_modified, history=old.history,
                                    capture=old.capture, depth=old.depth)
 
     def _schedule(self, fp: int, url: str, due: float) -> None:
         """Put a URL in the due bucket that ends at or after `due` and ask for that bucket's timer."""
         bucket = math.ceil(due * 1000.0 / self._bucket_ms) * self._bucket_ms
-        row = self.due.get(bucket)
-        entries = json.loads(row) if row is not None else []
+        entries = fl.due_entries(self.due.get(bucket))
         entries.append([fl.signed_fp(fp), url])
-        self.due.put(bucket, json.dumps(entries, separators=(",", ":")))
+        self.due.put(bucket, fl.due_row(entries))
         self._due_timers.append(bucket)
         self.count("recrawl_scheduled")
 
@@ -232,7 +233,7 @@ class HostFrontier:
         if row is None:
             return state
         self.due.remove(bucket)
-        for key, url in json.loads(row):
+        for key, url in fl.due_entries(row):
             raw = self.urls.get(key)
             record = fl.UrlRecord.from_row(raw) if raw is not None else None
             fp = key + (1 << 64) if key < 0 else key
@@ -242,7 +243,7 @@ class HostFrontier:
                 continue
             state, slot = fl.push_recrawl(state, item, record.due)
             self.slots.put(slot, item.to_row())
-            self.urls.put(key, dataclasses.replace(record, status=fl.UrlStatus.QUEUED, at=now).to_row())
+            self.urls.put(key, fl.replace(record, status=fl.UrlStatus.QUEUED, at=now).to_row())
             self.count("recrawl_due")
         return state
 
@@ -267,17 +268,22 @@ class HostFrontier:
                 self.count(fl.Verdict.TAKEN_DOWN.value)
                 continue
             source = fl.source_of(raw)
+            key = fl.signed_fp(item.fp)
+            # Most links on a page are known: the seen check (a filter probe, a URL-table read only on
+            # "maybe") comes before the trap rules, which then judge only URLs that could be admitted.
+            record = self._record_of(key, item.fp)
+            if record is not None and fl.in_cycle(record, now, self.policy):
+                self.count((fl.Verdict.REDIRECT_LOOP if source == "redirect" else fl.Verdict.SEEN).value)
+                continue
             dropped = fl.screen(state, item, source, now, self.traps, self.policy)
-            if dropped is not None:  # before the URL-table read: trap URLs cost no state access
+            if dropped is not None:
                 self.count(dropped)
                 if dropped == fl.SESSION_CHURN_METRIC:  # a rejection counts as use (decision 1803)
-                    state = dataclasses.replace(state, trap_summary=state.trap_summary.touched(item.url))
+                    state = fl.replace(state, trap_summary=state.trap_summary.touched(item.url))
                 continue
             if (offset := priority_offset(state.quality)) and source != "seed":
-                item = dataclasses.replace(item, priority=min(item.priority + offset, fl.PRIORITIES - 1))
+                item = fl.replace(item, priority=min(item.priority + offset, fl.PRIORITIES - 1))
                 self.count("demoted_duplicate_host")
-            key = fl.signed_fp(item.fp)
-            record = self._record_of(key, item.fp)
             state, admission = fl.admit(state, item, record, rules, now, self.policy, source, self.traps)
             self.count(admission.verdict.value)
             if admission.fast_growing:
@@ -296,7 +302,7 @@ class HostFrontier:
         for key in self.urls.keys():
             self.seen.add(key)
         self.count("bloom_hosts_loaded")
-        return dataclasses.replace(state, bloom_epoch=self.epoch)
+        return fl.replace(state, bloom_epoch=self.epoch)
 
     def _record_of(self, key: int, fp: int) -> fl.UrlRecord | None:
         """The URL's record; a "certainly unseen" answer from the filter saves the state read."""
@@ -394,15 +400,36 @@ class HostFrontier:
         if wake and self.due is not None and wake % self._bucket_ms == 0:
             wake += 1  # never on a due bucket's time: deleting this timer must not delete that one
         old = state.timer_ms
-        state = dataclasses.replace(state, timer_ms=wake)
+        state = fl.replace(state, timer_ms=wake)
         if state.oldest_due and not state.recrawl_queued:
-            state = dataclasses.replace(state, oldest_due=0.0)
+            state = fl.replace(state, oldest_due=0.0)
         if self.gauges is not None:
             counted = before.gauge_epoch == self.epoch
-            state = dataclasses.replace(state, gauge_epoch=self.epoch)
+            state = fl.replace(state, gauge_epoch=self.epoch)
             self.gauges.account(host, before if counted else None, state)
-        self.host_row.update(state.to_row())
+        self._store(host, state, before)
         return Effects(requests, old if old and old != wake else 0, wake if wake != old else 0, tuple(self._due_timers))
+
+    def _load(self, host: str) -> fl.HostState:
+        """The host's row, parsed; the last row this run wrote for the host is reused while the stored
+        text is still that row (a string compare instead of a JSON parse per event)."""
+        row = self.host_row.value()
+        cached = self._states.get(host)
+        if cached is not None and row is not None and cached[0] == row:
+            self._states.move_to_end(host)
+            return cached[1]
+        return fl.HostState.from_row(row)
+
+    def _store(self, host: str, state: fl.HostState, before: fl.HostState) -> None:
+        """Write the host row unless the event left it as it was (most events of known URLs do)."""
+        if state == before and host in self._states:
+            return
+        row = state.to_row()
+        self.host_row.update(row)
+        self._states[host] = (row, state)
+        self._states.move_to_end(host)
+        while len(self._states) > self._states_cache_size:
+            self._states.popitem(last=False)
 
     def _rules_for(self, host: str, state: fl.HostState) -> fl.RulesLike | None:
         """The parsed rules of a PARSED host (None otherwise), from the cache or the stored body."""

@@ -34,7 +34,8 @@ import enum
 import ipaddress
 import json
 import math
-from dataclasses import dataclass, field, replace
+import dataclasses
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Protocol
 
 from udfs.netguard import DEFAULT_USER_AGENT
@@ -49,11 +50,33 @@ from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome
                          robots_verdict_for_status)
 from udfs.traps import DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, HostTrapSummary, TrapContext, TrapPolicy, check_url
 
+def replace(obj: Any, **changes: Any) -> Any:
+    """`dataclasses.replace` for the frontier's own frozen records, without its per-call work (it
+    rebuilds every field through `__init__`): the hot path copies a HostState once or more per URL,
+    and this copy is about 10× cheaper (measured in bench/bench_frontier.py). A class that validates
+    in `__post_init__` goes through `dataclasses.replace`; an unknown field name raises either way."""
+    if hasattr(obj, "__post_init__"):
+        return dataclasses.replace(obj, **changes)
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = frozenset(f.name for f in fields(obj))
+    if not names.issuperset(changes):
+        raise TypeError(f"{type(obj).__name__} has no field(s) {sorted(set(changes) - names)}")
+    copy = object.__new__(type(obj))
+    copy.__dict__.update(obj.__dict__)
+    copy.__dict__.update(changes)
+    return copy
+
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
 STATE_VERSION = 3               # 3: recrawl lane, host signals, draw counter (decision 1110); 2: traps (0804)
 _READABLE_VERSIONS = (1, 2, STATE_VERSION)
 PRIORITIES = 10                 # UrlEntry.priority 0 (highest) .. 9
 RECRAWL_TIERS = 10              # recrawl front queues live at queue index PRIORITIES + tier (decision 1111)
 LANES = PRIORITIES + RECRAWL_TIERS
+QUEUE_ROW_VERSION = 2           # queue rows (QueueItem): 1 = unversioned, URL first; 2 = version first
+DUE_ROW_VERSION = 1             # due-bucket rows: [1, [url key, url], ...]; unversioned rows are the bare list
 RECORD_VERSION = 2              # URL-table rows: 1 = [status, at, etag, last_modified]; 2 adds the recrawl fields
 SLOT_SPAN = 1 << 40             # slot key = priority * SLOT_SPAN + seq; fits a signed Java long
 _MAX_URL_LENGTH = 8192          # a longer "url" in an event is malformed, whatever the URL policy allows
@@ -181,9 +204,10 @@ def capture_dict(capture: Capture) -> dict[str, str | None]:
 
 @dataclass(frozen=True)
 class QueueItem:
-    """One queued URL; its row is `[url, fp, depth, priority, attempt, etag, last_modified, redirect_hops,
-    capture]` (older rows have seven or eight fields: 0 hops, no capture). `priority` is the queue index:
-    0-9 the discovery priorities, PRIORITIES + t the recrawl tier t."""
+    """One queued URL; its row is `[2, url, fp, depth, priority, attempt, etag, last_modified,
+    redirect_hops, capture?]`, the leading 2 being the row's schema version (QUEUE_ROW_VERSION). Rows
+    written before versions start with the URL (version 1: seven to nine fields; 0 hops, no capture).
+    `priority` is the queue index: 0-9 the discovery priorities, PRIORITIES + t the recrawl tier t."""
 
     url: str
     fp: int
@@ -201,15 +225,20 @@ class QueueItem:
         return self.priority >= PRIORITIES
 
     def to_row(self) -> str:
-        row = [self.url, self.fp, self.depth, self.priority, self.attempt, self.etag, self.last_modified,
-               self.redirect_hops]
+        row = [QUEUE_ROW_VERSION, self.url, self.fp, self.depth, self.priority, self.attempt, self.etag,
+               self.last_modified, self.redirect_hops]
         if self.capture is not None:
             row.append(list(self.capture))
         return json.dumps(row, separators=(",", ":"))
 
     @staticmethod
     def from_row(row: str) -> QueueItem:
+        """Read a versioned row or one from before versions; raises ValueError on an unknown version."""
         fields = json.loads(row)
+        if isinstance(fields[0], int):
+            if fields[0] != QUEUE_ROW_VERSION:
+                raise ValueError(f"queue row schema version {fields[0]!r}; this release reads 1, {QUEUE_ROW_VERSION}")
+            fields = fields[1:]
         capture = coerce_capture(fields[8]) if len(fields) > 8 else None
         return QueueItem(*fields[:8], capture=capture)
 
@@ -384,6 +413,24 @@ def robots_url(host: str, state: HostState) -> str:
     return f"{state.scheme}://{host}/robots.txt"
 
 
+def due_entries(row: str | None) -> list[list[Any]]:
+    """The [url key, url] entries of a due-bucket row (decision 1110), versioned or from before versions;
+    raises ValueError on an unknown version."""
+    if row is None:
+        return []
+    data = json.loads(row)
+    if data and isinstance(data[0], int):
+        if data[0] != DUE_ROW_VERSION:
+            raise ValueError(f"due bucket schema version {data[0]!r}; this release reads {DUE_ROW_VERSION}")
+        return data[1:]
+    return data
+
+
+def due_row(entries: list[list[Any]]) -> str:
+    """A due-bucket row of `entries`, with its schema version first."""
+    return json.dumps([DUE_ROW_VERSION, *entries], separators=(",", ":"))
+
+
 # --- admission -----------------------------------------------------------------------------------
 
 
@@ -465,7 +512,7 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
     admitted URL updates the host's session summary and its growth window; a known URL keeps its
     recrawl history, and its validators and capture travel with it for a conditional GET.
     """
-    if record is not None and _seen(record, now, policy):
+    if record is not None and in_cycle(record, now, policy):
         return state, Admission(Verdict.REDIRECT_LOOP if source == "redirect" else Verdict.SEEN)
     if record is None and state.url_count >= policy.max_urls_per_host:
         return state, Admission(Verdict.HOST_BUDGET)
@@ -498,7 +545,7 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
     return replace(state, **changes), admission
 
 
-def _seen(record: UrlRecord, now: float, policy: FrontierPolicy) -> bool:
+def in_cycle(record: UrlRecord, now: float, policy: FrontierPolicy) -> bool:
     """Whether a known URL is still in its cycle: queued, scheduled and not yet due, or (unscheduled:
     failures, redirects, rows from before recrawl) finished less than recrawl_after_s ago (decision 1112)."""
     if record.status is UrlStatus.QUEUED:

@@ -99,6 +99,25 @@ def test_queue_and_url_rows_round_trip():
     assert UrlRecord.from_row(rec.to_row()) == rec
 
 
+def test_queue_rows_carry_their_schema_version_and_rows_from_before_versions_still_read():
+    it = QueueItem("https://example.com/x", 7, 1, 5, 0, None, None, 2)
+    assert it.to_row().startswith(f"[{fl.QUEUE_ROW_VERSION},")
+    assert QueueItem.from_row('["https://example.com/x",7,1,5,0,null,null,2]') == it
+    assert QueueItem.from_row('["https://example.com/x",7,1,5,0,null,null]') == dataclasses.replace(it, redirect_hops=0)
+    with pytest.raises(ValueError, match="queue row schema version 99"):
+        QueueItem.from_row('[99,"https://example.com/x",7,1,5,0,null,null,2]')
+
+
+def test_due_bucket_rows_carry_their_schema_version_and_bare_lists_still_read():
+    entries = [[-5, "https://example.com/a"], [6, "https://example.com/b"]]
+    assert fl.due_entries(fl.due_row(entries)) == entries
+    assert fl.due_row(entries).startswith(f"[{fl.DUE_ROW_VERSION},")
+    assert fl.due_entries('[[-5,"https://example.com/a"]]') == entries[:1]
+    assert fl.due_entries(None) == []
+    with pytest.raises(ValueError, match="due bucket schema version 9"):
+        fl.due_entries('[9,[1,"https://example.com/a"]]')
+
+
 @pytest.mark.parametrize("fp, expected", [(0, 0), (2 ** 63 - 1, 2 ** 63 - 1), (2 ** 63, -(2 ** 63)), (2 ** 64 - 1, -1)])
 def test_signed_fp_maps_u64_onto_java_long(fp, expected):
     assert fl.signed_fp(fp) == expected

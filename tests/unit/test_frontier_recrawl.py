@@ -253,7 +253,7 @@ def test_due_bucket_rows_hold_fp_and_url_and_are_removed_when_fired():
     h.complete(page)
     ((bucket, row),) = h.due.items()
     assert bucket % 60_000 == 0 and bucket / 1000 >= h.record("/a").due
-    assert json.loads(row) == [[fl.signed_fp(url_fp(f"http://{HOST}/a")), f"http://{HOST}/a"]]
+    assert fl.due_entries(row) == [[fl.signed_fp(url_fp(f"http://{HOST}/a")), f"http://{HOST}/a"]]
     h.advance(bucket / 1000 - h.now + 1)
     assert not h.due
 
