@@ -15,6 +15,7 @@ from pyflink.common import Types
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
+from operators.levels import Levels
 from udfs import ip_gate as ig
 
 COUNTERS = ("queued", "released", "refused", "done", "expired", "stale")
@@ -35,9 +36,10 @@ class IpGateFunction(KeyedProcessFunction):
         self.row = runtime_context.get_state(ValueStateDescriptor("ip_gate", Types.STRING()))
         group = runtime_context.get_metrics_group().add_group("ipgate")
         self.counters = {name: group.counter(name) for name in COUNTERS}
-        group.gauge("in_flight", lambda: self.in_flight)
-        group.gauge("waiting", lambda: max(0, self.waiting))
-        group.gauge("saturated_keys", lambda: max(0, self.saturated))
+        # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager (decision 1606).
+        totals = {"in_flight": lambda: self.in_flight, "waiting": lambda: max(0, self.waiting),
+                  "saturated_keys": lambda: max(0, self.saturated)}
+        self.levels = Levels(group, totals, lambda name: totals[name]())
 
     def process_element(self, value: dict[str, Any], ctx: KeyedProcessFunction.Context):
         now_ms = ctx.timer_service().current_processing_time()
@@ -76,4 +78,5 @@ class IpGateFunction(KeyedProcessFunction):
             self.row.update(dataclasses.replace(state, timer_ms=wake_ms).to_row())
         else:
             self.row.clear()
+        self.levels.refresh(now_ms / 1000.0)
         yield from step.released

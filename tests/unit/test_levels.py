@@ -1,0 +1,43 @@
+"""operators.levels.Levels: a counter's count follows the level it publishes, refreshed at most once per period."""
+from __future__ import annotations
+
+from operators.levels import Levels
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.count = 0
+
+    def inc(self, n: int = 1) -> None:
+        self.count += n
+
+    def dec(self, n: int = 1) -> None:
+        self.count -= n
+
+
+class Group:
+    def __init__(self) -> None:
+        self.counters: dict[str, Counter] = {}
+
+    def counter(self, name: str) -> Counter:
+        return self.counters.setdefault(name, Counter())
+
+
+def test_each_counter_count_equals_the_level_after_a_refresh_up_and_down():
+    group, values = Group(), {"depth": 0, "hosts": 0}
+    levels = Levels(group, values, values.__getitem__, every_s=1.0)
+    for now, depth, hosts in ((0.0, 5, 2), (1.0, 3, 2), (2.0, 9, 0), (3.0, 0, 1)):
+        values.update(depth=depth, hosts=hosts)
+        levels.refresh(now)
+        assert group.counters["depth"].count == depth and group.counters["hosts"].count == hosts
+
+
+def test_refreshes_closer_than_the_period_publish_nothing_until_forced():
+    group, values = Group(), {"depth": 4}
+    levels = Levels(group, values, values.__getitem__, every_s=1.0)
+    levels.refresh(10.0)
+    values["depth"] = 7
+    levels.refresh(10.5)
+    assert group.counters["depth"].count == 4
+    levels.refresh(10.6, force=True)
+    assert group.counters["depth"].count == 7
