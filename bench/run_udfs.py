@@ -27,6 +27,7 @@ RUNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("bench.bench_sitemaps", (), "sitemap parsing and the trap chain"),
     ("bench.bench_warc", (), "WARC record building and gzip"),
     ("bench.bench_dedup", ("--skip-flink",), "exact and near-duplicate verdicts and band probes (pure)"),
+    ("bench.bench_frontier", (), "the frontier's pure-Python cost per fetched page (state glue, dict-backed state)"),
     ("bench.bench_freshness", (), "recrawl freshness at a fixed fetch budget: ours vs uniform vs halve/x1.5"),
     ("bench.bench_minhash", (), "corpus MinHash/LSH precision and recall on near-duplicate article pairs"),
 )

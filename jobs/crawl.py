@@ -138,7 +138,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     valid_controls = (controls.flat_map(_valid_events, output_type=EVENT_TYPE)
                       .uid("valid-controls").name("valid controls"))
     frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch,
-                                config.bloom, config.recrawl, config.host_quality)
+                                config.bloom, config.recrawl, config.host_quality, optout=config.optout)
     requests = attach_frontier(
         decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
         .key_by(lambda event: event["host"], key_type=Types.STRING()),
@@ -153,7 +153,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     set_python_mode(env, "process")
     fetched = fetch_stage(requests, config.fetch, job.fetch_capacity, job.warc_root,
                           extract_policy=config.extract, warc_policy=config.warc, storage=config.storage,
-                          fetch_parallelism=job.fetch_parallelism, dedup=config.dedup)
+                          fetch_parallelism=job.fetch_parallelism, dedup=config.dedup,
+                          discovery=config.discovery, optout=config.optout)
     set_python_mode(env, "thread")
 
     sinks.emit(env, fetched.union(rejects))

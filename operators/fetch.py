@@ -44,6 +44,8 @@ from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
 from udfs.links import ExtractPolicy
 from udfs.netguard import FetchPolicy
 from udfs.records import FetchRequest, FetchResult, FetchStatus
+from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
+from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy
 from udfs.storage import StoragePolicy
 from udfs.warc import WarcPolicy
 
@@ -400,7 +402,9 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 warc_policy: WarcPolicy = WarcPolicy(),
                 storage: StoragePolicy = StoragePolicy(),
                 fetch_parallelism: int | None = None,
-                dedup: DedupPolicy = DedupPolicy()) -> DataStream:
+                dedup: DedupPolicy = DedupPolicy(),
+                discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY,
+                optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
     The graph of §1 from fetch to the two sinks: fetch → robots results (crawl.frontier), and
@@ -417,12 +421,13 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     # unchained writer.
     robots = (fetched.flat_map(lambda r: [robots_output(r, policy.robots_max_bytes)] if is_robots(r) else [],
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
-    pages = fetched.flat_map(ParseFunction(extract_policy), output_type=FETCH_RESULT_TYPE).uid("parse").name("parse")
+    pages = fetched.flat_map(ParseFunction(extract_policy, optout), output_type=FETCH_RESULT_TYPE).uid("parse").name("parse")
     set_mode = functools.partial(set_python_mode, requests.get_execution_environment())
     if dedup.enabled:
         pages = add_dedup(pages, dedup, warc_policy, set_mode)
         set_mode("process")   # the writer keeps the mode it always had
-    events = (pages.process(WarcWriterFunction(warc_root, warc_settings, warc_policy, storage=storage),
+    events = (pages.process(WarcWriterFunction(warc_root, warc_settings, warc_policy, storage=storage,
+                                               discovery=discovery),
                             output_type=EVENT_TYPE)
               .uid("warc-writer").name("warc writer").disable_chaining())
     if dedup.enabled:

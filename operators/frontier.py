@@ -28,6 +28,7 @@ from pyflink.datastream import BroadcastStream, DataStream, KeyedStream, Runtime
 from pyflink.datastream.functions import KeyedBroadcastProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
+from operators.levels import Levels
 from operators.resolver import load_pins
 from udfs import frontier_logic as fl
 from udfs.bloom import DEFAULT_BLOOM_POLICY, BloomPolicy, SeenFilter
@@ -35,6 +36,7 @@ from udfs.host_quality import DEFAULT_QUALITY_POLICY, QualityPolicy, priority_of
 from udfs.host_quality import observe as observe_quality
 from udfs.control_state import ControlTable, HostControls
 from udfs.netguard import FetchPolicy
+from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, ai_disallowed
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.records import FetchRequest, unb64
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
@@ -52,6 +54,8 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     # bucket entries skipped, recrawl-lane releases, what refetches saw (unchanged share), 304s
     "recrawl_scheduled", "recrawl_due", "recrawl_stale", "recrawl_released", "recrawl_unchanged",
     "recrawl_changed", "not_modified",
+    # issue #9: released pages whose robots.txt disallows a configured AI agent (FetchRequest.ai_disallowed)
+    "ai_disallowed",
 )
 # Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
@@ -132,6 +136,9 @@ class HostFrontier:
     transient: each run of the operator has its own `epoch`, and a host's URL keys are added to the
     filter the first time the host admits URLs in that run (its row remembers the epoch), so after a
     restore or rescale the filter is rebuilt from state host by host and never misses a known URL.
+
+    `optout` names the AI agents whose robots.txt verdict a released page carries (`ai_disallowed`,
+    issue #9): the frontier holds the parsed rules, so the parse step needs no robots.txt of its own.
     """
 
     def __init__(self, host_row: ValueLike, robots_body: ValueLike, slots: MapLike, urls: MapLike,
@@ -143,7 +150,8 @@ class HostFrontier:
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, controls: ControlTable | None = None,
                  seen: SeenFilter | None = None, epoch: int = 1, due: MapLike | None = None,
                  recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, gauges: FrontierGauges | None = None,
-                 quality: QualityPolicy = DEFAULT_QUALITY_POLICY) -> None:
+                 quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
+                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> None:
         if recrawl.tiers > fl.RECRAWL_TIERS:
             raise ValueError(f"recrawl.tiers must be at most {fl.RECRAWL_TIERS} (the frontier's recrawl queues), "
                              f"got {recrawl.tiers}")
@@ -152,6 +160,9 @@ class HostFrontier:
         self.due, self.recrawl = due, recrawl
         self.gauges = gauges
         self.quality = quality
+        # 5 agents cost about 15 us per released page (RobotsRules caches each agent's group), against
+        # ~15 ms of frontier time per page in the crawl benchmark: no per-host cache of verdicts
+        self._ai_agents = optout.ai_agents if optout.use_robots else ()
         self._due_timers: list[int] = []
         self._bucket_ms = int(round(policy.due_bucket_s * 1000))
         self.controls = controls if controls is not None else ControlTable()
@@ -382,12 +393,17 @@ class HostFrontier:
                     self.count(fl.Verdict.TAKEN_DOWN.value)
                     self.urls.put(fl.signed_fp(item.fp), fl.UrlRecord(fl.UrlStatus.TAKEN_DOWN, now).to_row())
                     continue
-                state, request, verdict = fl.lease_page(state, item, self._rules_for(host, state), host, now,
-                                                        self.policy, self.run)
+                rules = self._rules_for(host, state)
+                state, request, verdict = fl.lease_page(state, item, rules, host, now, self.policy, self.run)
                 if request is None:
                     self.count(verdict.value)
                     self.urls.put(fl.signed_fp(item.fp), fl.UrlRecord(fl.UrlStatus.DISALLOWED, now).to_row())
                     continue
+                if rules is not None and self._ai_agents:
+                    blocked = ai_disallowed(rules, item.url, self._ai_agents)
+                    if blocked:
+                        request["ai_disallowed"] = list(blocked)
+                        self.count("ai_disallowed")
                 self.count("released")
                 if item.recrawl:
                     self.count("recrawl_released")
@@ -488,9 +504,11 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, fetch_policy: FetchPolicy | None = None,
                  bloom: BloomPolicy = DEFAULT_BLOOM_POLICY, recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY,
-                 quality: QualityPolicy = DEFAULT_QUALITY_POLICY) -> None:
+                 quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
+                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self.quality = quality
+        self.optout = optout
         self.recrawl = recrawl
         self.bloom = bloom
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
@@ -514,21 +532,27 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         self.count = lambda name: counters[name].inc()
         self.controls, self._controls_loaded = ControlTable(), False
         seen = SeenFilter(self.bloom) if self.bloom.enabled else None
-        if seen is not None:
-            group.gauge("bloom_fill_ratio_ppm", lambda: int(seen.fill_ratio * 1_000_000))
         gauges = FrontierGauges()
-        for name in GAUGES:
-            group.gauge(name, functools.partial(lambda n: gauges.value(n, time.time()), name))
+
+        def level(name: str) -> int:
+            if name == "bloom_fill_ratio_ppm":
+                return int(seen.fill_ratio * 1_000_000) if seen is not None else 0
+            return gauges.value(name, time.time())
+
+        # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager (decision 1606).
+        self.levels = Levels(group, GAUGES + (("bloom_fill_ratio_ppm",) if seen is not None else ()), level)
         self.frontier = HostFrontier(host_row, robots_body, slots, urls, self.count,
                                      functools.partial(parse_robots, policy=self.robots_policy),
                                      self.policy, self.politeness, self.robots_policy, traps=self.traps,
                                      controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1,
-                                     due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality)
+                                     due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality,
+                                     optout=self.optout)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         self._load_controls(ctx)
         now_ms = ctx.timer_service().current_processing_time()
         effects = self.frontier.on_event(ctx.get_current_key(), value, now_ms / 1000.0)
+        self.levels.refresh(now_ms / 1000.0)
         yield from self._emit(effects, ctx)
 
     def process_broadcast_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.Context):
@@ -544,6 +568,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         self._load_controls(ctx)
         now_ms = ctx.timer_service().current_processing_time()
         effects = self.frontier.on_timer(ctx.get_current_key(), timestamp, max(now_ms, timestamp) / 1000.0)
+        self.levels.refresh(now_ms / 1000.0)
         yield from self._emit(effects, ctx)
 
     def _load_controls(self, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext) -> None:

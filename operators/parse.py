@@ -2,7 +2,8 @@
 
 Pipeline position (ARCHITECTURE.md §1): fetch → **parse** → WARC writer. Robots results never come
 here: `robots_event` turns them into `RobotsResult` events for crawl.frontier. Every decision is in
-`udfs` (`links.extract`, `simhash.simhash`, `fetch_status.is_complete_page`); this map only counts.
+`udfs` (`links.extract`, `simhash.simhash`, `fetch_status.is_complete_page`, `optout.decide` from the
+headers, the page's meta tags and the frontier's robots.txt verdict for AI agents); this map only counts.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from udfs.fetch_status import is_complete_page
 from udfs.ip_gate import gate_key
 from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
+from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
 from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, FetchResult, RobotsResult, b64, encode
 from udfs.simhash import simhash
 
@@ -35,6 +37,9 @@ class PageFacts(TypedDict):
     noindex: bool
     nofollow: bool
     error: str | None
+    # {"reserved": bool, "reason": str}: whether the site reserves text-and-data mining (issue #9,
+    # decision 1203); pages.parsed carries it as `optout`
+    optout: NotRequired[dict[str, Any]]
 
 
 class ParsedBundle(TypedDict):
@@ -50,21 +55,26 @@ def content_hash(body: bytes) -> str:
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
-def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY) -> ParsedBundle:
-    """Hash, SimHash and extract one page result (§1 parse); never raises (extract reports errors as data)."""
+def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
+                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> ParsedBundle:
+    """Hash, SimHash, extract and judge the TDM opt-out of one page result (§1 parse; issue #9, decisions
+    1202-1203); never raises (extract reports errors as data, decide counts bad input as no signal)."""
     has_response = result["http_status"] is not None
     bundle = ParsedBundle(result=result, content_hash=content_hash(result["body"]) if has_response else None,
                           simhash=None, page=None)
     if not is_complete_page(result):
         return bundle
     url = result.get("url") or result["request"]["url"]
-    found = extract(url, result["headers"], result["body"], policy)
+    found = extract(url, result["headers"], result["body"], policy, meta_names=meta_names(optout))
+    verdict = decide(url, headers=result["headers"], meta=found.meta,
+                     robots_disallowed=result["request"].get("ai_disallowed") or (), policy=optout)
     bundle["simhash"] = simhash(found.text)
     bundle["page"] = PageFacts(
         title=found.title, lang=found.lang, text=found.text,
         links=[(link.url, link.nofollow) for link in found.links],
         canonical=found.canonical, refresh=found.refresh,
         noindex=found.robots.noindex, nofollow=found.robots.nofollow, error=found.error,
+        optout=verdict.as_record(),
     )
     return bundle
 
@@ -94,18 +104,21 @@ def is_robots(result: FetchResult) -> bool:
 class ParseFunction(FlatMapFunction):
     """Page FetchResult → ParsedBundle (robots results are skipped: they go to crawl.frontier).
 
-    Counts pages parsed, results not parsed, parser errors and links found; gauges the p50/p95 of
-    the time `parse_result` took over the recent pages (docs/metrics.md).
+    Counts pages parsed, results not parsed, parser errors, links found and pages whose site reserves
+    TDM (`optout_reserved`); gauges the p50/p95 of the time `parse_result` took over the recent pages
+    (docs/metrics.md).
     """
 
-    def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY) -> None:
+    def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> None:
         self._policy = policy
+        self._optout = optout
         self._counters: dict[str, Any] = {}
         self._latency = RecentWindow()
 
     def open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group().add_group("parse")
-        self._counters = {name: group.counter(name) for name in ("pages", "skipped", "errors", "links")}
+        self._counters = {name: group.counter(name)
+                          for name in ("pages", "skipped", "errors", "links", "optout_reserved")}
         # Read once per bundle (PyFlink reads gauges at each bundle's end): one sort per read.
         group.gauge("latency_p50_us", functools.partial(self._percentile_us, 0.5))
         group.gauge("latency_p95_us", functools.partial(self._percentile_us, 0.95))
@@ -117,7 +130,7 @@ class ParseFunction(FlatMapFunction):
         if is_robots(value):
             return
         parsing = time.perf_counter()
-        bundle = parse_result(value, self._policy)
+        bundle = parse_result(value, self._policy, self._optout)
         page = bundle["page"]
         if page is None:
             self._counters["skipped"].inc()
@@ -127,4 +140,7 @@ class ParseFunction(FlatMapFunction):
             self._counters["links"].inc(len(page["links"]))
             if page["error"]:
                 self._counters["errors"].inc()
+            optout = page.get("optout")
+            if optout is not None and optout["reserved"]:
+                self._counters["optout_reserved"].inc()
         yield bundle

@@ -47,6 +47,7 @@ from udfs.fetch_status import header_value, is_complete_page, redirect_target, r
 from udfs.ip_gate import ip_done_event
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_PAGES, Completion, DiscoveredBatch, FetchResult,
                           FetchStatus, ParsedPage, UrlEntry, encode)
+from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
 from udfs.warc import (CT_WARC_FIELDS, RevisitTarget, WarcBuilder, WarcPolicy, WarcRecord, cdxj_line,
@@ -524,6 +525,7 @@ def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None
 def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
     """The pages.parsed record of a complete 200 page (None for others and for noindex pages).
 
+    The page's `optout` verdict is copied when the parse step set it (schemas/pages.parsed.v1.json).
     An exact duplicate of another URL carries `duplicate_of` and neither text nor links: they are
     the owner's (decision 1300). A near-duplicate carries `near_duplicate_of` and all it says.
     """
@@ -535,7 +537,7 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
     verdict = bundle.get("dedup")
     duplicate_of = verdict["duplicate_of"] if verdict is not None else None
     near = verdict["near"] if verdict is not None else None
-    return ParsedPage(
+    record = ParsedPage(
         v=SCHEMA_VERSION, url=request["url"], url_fp=request["fp"], final_url=result.get("url") or request["url"],
         fetched_at=result["done_at"], http_status=200, content_type=header_value(result["headers"], "content-type"),
         content_hash=bundle["content_hash"], simhash=bundle["simhash"], duplicate_of=duplicate_of,
@@ -544,13 +546,19 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
         links=[] if duplicate_of else [url for url, _ in page["links"]],
         warc_path=where.path, warc_offset=where.offset, warc_length=where.length,
     )
+    optout = page.get("optout")
+    if optout is not None:  # the parse step's TDM opt-out verdict (decision 1203), also on duplicates
+        record["optout"] = optout
+    return record
 
 
-def discovered_batches(bundle: ParsedBundle) -> list[DiscoveredBatch]:
+def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -> list[DiscoveredBatch]:
     """New URLs grouped by target host (one event per host): followable links, redirect and refresh targets.
 
     Links marked nofollow (or all links of a nofollow page) are dropped; depth is the page's + 1.
     An exact duplicate of another URL adds none: its owner's links were discovered (decision 1300).
+    With `recent`, a link this writer sent within its window is not sent again (decision 1607);
+    redirect and refresh targets always are (the frontier caps their chains).
     """
     result, page = bundle["result"], bundle["page"]
     request = result["request"]
@@ -572,6 +580,8 @@ def discovered_batches(bundle: ParsedBundle) -> list[DiscoveredBatch]:
         except ValueError:
             continue   # not http(s): normalize_url let through a scheme the frontier cannot fetch
         fp = url_fp(url)
+        if recent is not None and source == "link" and not recent.first_time(fp, result["done_at"]):
+            continue
         entry = UrlEntry(url=url, fp=fp, depth=depth, priority=priority, source=source)
         if source == "redirect":
             entry["redirect_hops"] = hops
@@ -581,13 +591,13 @@ def discovered_batches(bundle: ParsedBundle) -> list[DiscoveredBatch]:
 
 
 def events_for(bundle: ParsedBundle, where: Location | None,
-               capture: dict[str, str | None] | None = None) -> list[Event]:
+               capture: dict[str, str | None] | None = None, recent: RecentUrls | None = None) -> list[Event]:
     """Every event one archived (or unarchivable) page fetch produces, as (topic, key, value)."""
     events: list[Event] = []
     page = parsed_page(bundle, where) if where is not None else None
     if page is not None:
         events.append((TOPIC_PAGES, str(page["url_fp"]), encode(dict(page))))
-    for batch in discovered_batches(bundle):
+    for batch in discovered_batches(bundle, recent):
         events.append((TOPIC_FRONTIER, batch["host"], encode(dict(batch))))
     completion = completion_event(bundle, capture)
     events.append((TOPIC_FRONTIER, completion["host"], encode(dict(completion))))
@@ -609,10 +619,11 @@ class PageArchiver:
     Events of fetches that archive nothing never wait.
     """
 
-    def __init__(self, files: WarcFiles, builder: WarcBuilder, *, hold: bool) -> None:
+    def __init__(self, files: WarcFiles, builder: WarcBuilder, *, hold: bool, recent: RecentUrls | None = None) -> None:
         self._files = files
         self._builder = builder
         self._hold = hold
+        self.recent = recent
         self._held: list[tuple[str, list[Event]]] = []
 
     @property
@@ -630,7 +641,7 @@ class PageArchiver:
             return written
         locations = self._files.append(build) if is_archived(result) else []
         where = locations[0] if locations else None
-        events = events_for(bundle, where, capture_of(bundle, written))
+        events = events_for(bundle, where, capture_of(bundle, written), self.recent)
         if self._hold and where is not None:
             self._held.append((where.path, events))
             events = []
@@ -658,7 +669,8 @@ class WarcWriterFunction(ProcessFunction):
 
     def __init__(self, root: str, settings: WarcFileSettings = WarcFileSettings(),
                  warc_policy: WarcPolicy = WarcPolicy(), crawl_fields: tuple[tuple[str, str], ...] = (),
-                 storage: StoragePolicy = StoragePolicy()) -> None:
+                 storage: StoragePolicy = StoragePolicy(),
+                 discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY) -> None:
         if is_s3_root(root):
             parse_s3_root(root)   # fail when the job is built, not in a worker
         self._root = root
@@ -666,6 +678,7 @@ class WarcWriterFunction(ProcessFunction):
         self._warc_policy = warc_policy
         self._crawl_fields = crawl_fields
         self._storage = storage
+        self._discovery = discovery
         self._archiver: PageArchiver | None = None
         self._builder = WarcBuilder(warc_policy)
         self._counters: dict[str, Any] = {}
@@ -682,10 +695,13 @@ class WarcWriterFunction(ProcessFunction):
         recovered = files.recover(runtime_context.get_number_of_parallel_subtasks())
         for line in recovered:
             logging.getLogger(__name__).warning("warc writer %d recovered %s", subtask, line)
-        self._archiver = PageArchiver(files, self._builder, hold=is_s3_root(self._root))
+        recent = RecentUrls(self._discovery) if self._discovery.enabled else None
+        self._archiver = PageArchiver(files, self._builder, hold=is_s3_root(self._root), recent=recent)
+        self._repeats_counted = 0
         group = runtime_context.get_metrics_group().add_group("warc")
         group.counter("recovered_files").inc(len(recovered))
-        self._counters = {name: group.counter(name) for name in ("captures", "bytes", "published", "frontier_events")}
+        self._counters = {name: group.counter(name)
+                          for name in ("captures", "bytes", "published", "frontier_events", "links_not_resent")}
         group.gauge("held_captures", lambda: self._archiver.held_captures if self._archiver else 0)
         fetch_group = runtime_context.get_metrics_group().add_group("fetch")
         self._counters.update({status.value: fetch_group.counter(status.value) for status in FetchStatus})
@@ -699,6 +715,10 @@ class WarcWriterFunction(ProcessFunction):
         assert self._archiver is not None
         self._counters.get(value["result"]["fetch_status"], self._counters[FetchStatus.ERROR.value]).inc()
         locations, events = self._archiver.archive(value)
+        recent = self._archiver.recent
+        if recent is not None and recent.repeats != self._repeats_counted:
+            self._counters["links_not_resent"].inc(recent.repeats - self._repeats_counted)
+            self._repeats_counted = recent.repeats
         if locations:
             self._counters["captures"].inc()
             self._counters["bytes"].inc(sum(loc.length for loc in locations))

@@ -39,6 +39,8 @@ SECTIONS: dict[str, str] = {
     "recrawl": "udfs.recrawl:RecrawlPolicy",
     "host_quality": "udfs.host_quality:QualityPolicy",
     "retention": "udfs.retention:RetentionPolicy",
+    "optout": "udfs.optout:OptOutPolicy",
+    "discovery": "udfs.recent:DiscoveryPolicy",
 }
 
 

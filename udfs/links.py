@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from udfs.optout import meta_names
 from udfs.text import decode_html, detect_language, primary_language, squash
 from udfs.urls import normalize_url
 
@@ -45,6 +46,8 @@ class ExtractPolicy:
     follow_iframes: bool = False
     # Guess the language (py3langid) when neither `<html lang>` nor Content-Language names it.
     detect_language: bool = True
+    # `<meta name content>` pairs kept for the opt-out decision (`Extraction.meta`), first ones first.
+    max_meta: int = 32
 
     def __post_init__(self) -> None:
         token = self.user_agent_token
@@ -52,12 +55,17 @@ class ExtractPolicy:
             raise ValueError(
                 f"user_agent_token must be a product token of letters, digits, '_' or '-' (RFC 9309 §2.2.1), got {token!r}"
             )
-        for name in ("max_links", "max_anchor_chars", "max_title_chars", "max_text_chars"):
+        for name in ("max_links", "max_anchor_chars", "max_title_chars", "max_text_chars", "max_meta"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
 
 
 DEFAULT_POLICY = ExtractPolicy()
+# The meta names the default opt-out policy reads (udfs.optout.meta_names).
+DEFAULT_META_NAMES = meta_names()
+# Characters of a kept meta `content`: directive lists and TDMRep values are short; a page cannot
+# make the parse step carry a megabyte attribute around.
+MAX_META_CONTENT_CHARS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +103,9 @@ class Extraction:
     charset: str | None = None           # the codec the body was decoded with
     links_invalid: int = 0               # hrefs normalize_url refused (mailto:, javascript:, malformed)
     links_over_cap: int = 0              # link elements left unread after max_links
+    # (lower-cased name, content) of the `<meta name>` tags asked for (`extract(meta_names=)`), in
+    # document order, at most `max_meta`: what the opt-out decision reads (udfs.optout.decide)
+    meta: tuple[tuple[str, str], ...] = ()
     error: str | None = None             # the parser failed on this body; fields are partial
 
 
@@ -231,14 +242,17 @@ def extract(
     body: bytes,
     policy: ExtractPolicy = DEFAULT_POLICY,
     url_policy: UrlPolicy | None = None,
+    meta_names: frozenset[str] = DEFAULT_META_NAMES,
 ) -> Extraction:
     """Links, canonical, robots directives, refresh, title, main text, language and charset of one response.
 
     Implements HTML §4.2.3 (`<base href>`), §7.11.1 (refresh), RFC 6596 (canonical), Google's robots
     meta / X-Robots-Tag directives, and the WHATWG encoding sniffing order (see `udfs.text`). Links
     are unique per page (first anchor text kept; nofollow only if every occurrence is nofollow),
-    capped at `policy.max_links`. A non-HTML body gives an extraction with only the header-borne
-    fields (X-Robots-Tag, Link canonical, Refresh). Never raises.
+    capped at `policy.max_links`. `meta_names` (lower case) picks the `<meta name content>` pairs
+    kept in `Extraction.meta` for the opt-out decision (issue #9, decision 1202). A non-HTML body
+    gives an extraction with only the header-borne fields (X-Robots-Tag, Link canonical, Refresh).
+    Never raises.
     """
     pairs = _header_pairs(headers)
     content_type = _first(pairs, "content-type")
@@ -258,7 +272,7 @@ def extract(
     if not is_html(content_type, body):
         return head_only
     try:
-        return _extract_html(url, pairs, content_type, body, policy, url_policy, head_only)
+        return _extract_html(url, pairs, content_type, body, policy, url_policy, head_only, meta_names)
     except Exception as exc:  # the parser met input it cannot handle: report it as data, keep the headers' verdicts
         return dataclasses.replace(head_only, is_html=True, error=f"{type(exc).__name__}: {exc}"[:200])
 
@@ -271,6 +285,7 @@ def _extract_html(
     policy: ExtractPolicy,
     url_policy: UrlPolicy | None,
     head_only: Extraction,
+    meta_names: frozenset[str],
 ) -> Extraction:
     html, charset = decode_html(body, content_type)
     # Parsed as a browser with scripting enabled (as Googlebot renders): <noscript> content is text, so
@@ -288,10 +303,13 @@ def _extract_html(
             break  # HTML §4.2.3: only the first <base href> counts
 
     robots_values: list[str] = []
+    kept_meta: list[tuple[str, str]] = []
     refresh = (head_only.refresh_delay, head_only.refresh) if head_only.refresh_delay is not None else None
     for meta in tree.css("meta"):
         attrs = meta.attributes
         name = (attrs.get("name") or "").strip().lower()
+        if name in meta_names and len(kept_meta) < policy.max_meta:
+            kept_meta.append((name, (attrs.get("content") or "")[:MAX_META_CONTENT_CHARS]))
         if name in ("robots", agent):
             robots_values.append(attrs.get("content") or "")
         elif refresh is None and (attrs.get("http-equiv") or "").strip().lower() == "refresh" and _visible(meta):
@@ -343,6 +361,7 @@ def _extract_html(
         charset=charset,
         links_invalid=invalid,
         links_over_cap=over_cap,
+        meta=tuple(kept_meta),
     )
 
 

@@ -1,8 +1,9 @@
 """Whether a page's site reserves text-and-data mining (TDM), and why.
 
 Pure: every input is a plain value the crawl already has (issue #9, "opt-out filter"): response
-headers, the page's `<meta name=... content=...>` pairs, the host's robots.txt body and its
-`/.well-known/tdmrep.json` body. Nothing here fetches, and nothing raises on hostile input.
+headers, the page's `<meta name=... content=...>` pairs, the host's robots.txt body (or the AI agents
+the frontier found it disallows for the URL: `ai_disallowed`) and its `/.well-known/tdmrep.json` body
+(which the job does not fetch: decision 1930). Nothing here fetches, and nothing raises on hostile input.
 
 Signals, each giving a reason string (decision 1202):
 - robots.txt: a configured AI user agent (GPTBot, CCBot, ...) may not fetch the page under RFC 9309
@@ -21,7 +22,8 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from functools import lru_cache
+from typing import Any, Final, Protocol
 
 from udfs.robots import parse_robots, url_match_path
 
@@ -94,22 +96,58 @@ class OptOut:
 
 
 Headers = Iterable[tuple[str, str]] | Mapping[str, str]
+# The `<meta name>` values (lower case) the decision reads besides the configured AI agents' names.
+META_NAMES: Final = ("robots", "tdm-reservation", "tdm-policy")
 
 
-def decide(url: str, *, headers: Headers = (), meta: Mapping[str, str] | None = None,
+class AgentRules(Protocol):
+    """What `ai_disallowed` needs from parsed robots.txt rules (udfs.robots.RobotsRules)."""
+
+    def allowed(self, url: str, user_agent: str) -> bool: ...
+
+
+@lru_cache(maxsize=16)
+def meta_names(policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> frozenset[str]:
+    """The lower-cased `<meta name>` values `decide` reads: robots, tdm-reservation, tdm-policy and each
+    configured AI agent (decision 1202); what the parse step keeps of a page's meta tags."""
+    return frozenset(META_NAMES) | {agent.lower() for agent in policy.ai_agents}
+
+
+def ai_disallowed(rules: AgentRules, url: str, agents: Iterable[str]) -> tuple[str, ...]:
+    """The agents, in the given order, that robots.txt `rules` do not allow to fetch `url` (RFC 9309 §2.2;
+    decision 1202). Fails closed: rules that raise for an agent count as disallowing it. Never raises."""
+    blocked: list[str] = []
+    for agent in agents:
+        try:
+            allowed = bool(rules.allowed(url, agent))
+        except Exception:  # noqa: BLE001 - a broken rules object must not let the page through as unreserved
+            allowed = False
+        if not allowed:
+            blocked.append(agent)
+    return tuple(blocked)
+
+
+def decide(url: str, *, headers: Headers = (), meta: Headers | None = None,
            robots_body: bytes | None = None, tdmrep_body: bytes | None = None,
+           robots_disallowed: Iterable[str] = (),
            policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> OptOut:
     """Whether the site of `url` reserves TDM for it, with every reason (issue #9; TDMRep; RFC 9309).
 
-    `headers` are the response headers as received (pairs or a mapping); `meta` maps lower-cased
-    `<meta name>` to its `content`; `robots_body` / `tdmrep_body` are the host's files (None: not
-    known or not there). Never raises: unreadable inputs count as no signal.
+    `headers` are the response headers as received (pairs or a mapping); `meta` the page's
+    `<meta name>` / `content` pairs (a mapping or pairs, names in any case); `robots_body` /
+    `tdmrep_body` are the host's files (None: not known or not there). `robots_disallowed` names the
+    AI agents robots.txt disallows for `url` when the caller already judged it (the crawl job's
+    frontier, which holds the parsed rules: `ai_disallowed`); it gives the same reasons as
+    `robots_body` would, and both may be given. Never raises: unreadable inputs count as no signal.
     """
     pairs = _pairs(headers)
     meta_pairs = _pairs(meta or {})
     reasons: list[str] = []
-    if policy.use_robots and robots_body is not None:
-        reasons += robots_reasons(url, robots_body, policy.ai_agents)
+    if policy.use_robots:
+        if robots_body is not None:
+            reasons += robots_reasons(url, robots_body, policy.ai_agents)
+        reasons += _agent_reasons(robots_disallowed)
+        reasons = list(dict.fromkeys(reasons))
     if policy.use_directives:
         reasons += directive_reasons(pairs, meta_pairs, policy)
     if policy.use_tdmrep:
@@ -121,8 +159,20 @@ def robots_reasons(url: str, robots_body: bytes, agents: Iterable[str]) -> list[
     """One reason per AI agent that robots.txt does not allow to fetch `url` (RFC 9309 §2.2). Never raises."""
     try:
         rules = parse_robots(bytes(robots_body))
-        return [f"robots.txt disallows {agent}" for agent in agents if not rules.allowed(url, agent)]
     except Exception:  # noqa: BLE001 - parse_robots never raises; a non-bytes body is "no signal"
+        return []
+    return _agent_reasons(ai_disallowed(rules, url, agents))
+
+
+def _agent_reasons(agents: Iterable[str]) -> list[str]:
+    """`robots.txt disallows <agent>` for each agent named by a product token (anything else is skipped).
+    Never raises."""
+    if isinstance(agents, str):
+        agents = (agents,)
+    try:
+        return [f"robots.txt disallows {agent}" for agent in agents
+                if isinstance(agent, str) and _TOKEN.fullmatch(agent)]
+    except Exception:  # noqa: BLE001 - not iterable: no signal
         return []
 
 

@@ -133,6 +133,9 @@ class FetchRequest(TypedDict):
     ip: NotRequired[str | None]   # the host's pinned or last known address (None: unknown); the IP gate's key
     # Recrawls: the previous capture (Completion.capture); a 304 is archived as a revisit of it.
     revisit_of: NotRequired[dict[str, str | None] | None]
+    # Pages only, set only when non-empty: the configured AI agents (OptOutPolicy.ai_agents) the host's
+    # robots.txt disallows for `url`; the parse step turns them into the page's opt-out reasons (issue #9).
+    ai_disallowed: NotRequired[list[str]]
 
 
 class FetchResult(TypedDict):
@@ -171,6 +174,7 @@ class ParsedPage(TypedDict):
     warc_path: str
     warc_offset: int
     warc_length: int
+    optout: NotRequired[dict[str, Any]]   # {"reserved": bool, "reason": str} (udfs.optout; decision 1203)
 
 
 class ContractError(ValueError):

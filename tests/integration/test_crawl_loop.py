@@ -1,6 +1,8 @@
 """The whole crawl loop, real everywhere: the job's graph on a Flink MiniCluster, a real Kafka broker,
 real HTTP against the synthetic web on 127.x addresses. Politeness is proven from the server's side
-(its request log), and every published page must point at a WARC record that validators accept."""
+(its request log), every published page must point at a WARC record that validators accept and match
+the pages.parsed schema, and the TDM opt-outs of the web (a robots.txt group disallowing GPTBot,
+`X-Robots-Tag: noai`) reach the published records as `optout` with their reasons (issue #9)."""
 from __future__ import annotations
 
 import gzip
@@ -10,12 +12,17 @@ import time
 import uuid
 from pathlib import Path
 
+from urllib.parse import urlsplit
+
+import jsonschema
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.crawl import records_since
 from tests.integration.harness import start_crawl_job
-from tests.synthweb import SyntheticWebProcess, audit_politeness, build_web, load_log
+from tests.paths import ROOT
+from tests.synthweb import RobotsVariant, SyntheticWebProcess, Web, WebPolicy, audit_politeness, build_web, load_log
+from tests.synthweb.model import policy_to_dict
 from tests.warc_validators import assert_all_accept
 from udfs.config import load_config
 from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES
@@ -27,6 +34,27 @@ SEED = 18
 WANT_PAGES = 25
 DEADLINE_S = 150.0
 DEFAULT_DELAY_S = 0.5
+# With seed 18 these pick two rules hosts whose robots.txt also disallows GPTBot, one rules host whose
+# pages send `X-Robots-Tag: noai`, and leave the rest of the web as it was (tests/synthweb/generate.py).
+WEB_POLICY = WebPolicy(gptbot_disallow_share=0.4, noai_share=0.4)
+PAGES_SCHEMA = json.loads((ROOT / "schemas" / "pages.parsed.v1.json").read_text())
+
+
+def optout_groups(web: Web) -> dict[str, set[str]]:
+    """Host names by the opt-out signal their published pages must carry: a GPTBot group in a rules
+    robots.txt only, the noai header only, or nothing (real robots.txt bodies are left out: they may
+    name AI crawlers themselves)."""
+    rules = {RobotsVariant.RULES}
+    return {
+        "gptbot": {h.name for h in web.hosts if h.gptbot_disallowed and not h.noai and h.robots in rules},
+        "noai": {h.name for h in web.hosts if h.noai and not h.gptbot_disallowed},
+        "plain": {h.name for h in web.hosts if not (h.noai or h.gptbot_disallowed) and h.robots is not RobotsVariant.REAL},
+    }
+
+
+def by_group(pages: list[dict], web: Web) -> dict[str, list[dict]]:
+    groups = optout_groups(web)
+    return {name: [p for p in pages if urlsplit(p["url"]).hostname in hosts] for name, hosts in groups.items()}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +62,11 @@ def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory:
     """Crawl a small synthetic web until WANT_PAGES pages are published (or the deadline); yield what it left."""
     work = tmp_path_factory.mktemp("crawl")
     (work / "web").mkdir()
-    web = SyntheticWebProcess(N_HOSTS, SEED, work / "web").start()
+    policy_file = work / "web-policy.json"
+    policy_file.write_text(json.dumps(policy_to_dict(WEB_POLICY)))
+    described = build_web(N_HOSTS, SEED, WEB_POLICY)
+    assert all(optout_groups(described).values()), optout_groups(described)
+    web = SyntheticWebProcess(N_HOSTS, SEED, work / "web", policy_file=policy_file).start()
     warc_root = work / "warc"
     config = load_config("", [
         f'job.warc_root="{warc_root}"', f'job.group_id="test-{uuid.uuid4().hex[:8]}"',
@@ -50,7 +82,9 @@ def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory:
         client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "crawl-loop-test", web.seeds)
         try:
             deadline = time.monotonic() + DEADLINE_S
-            while time.monotonic() < deadline and len(pages) < WANT_PAGES:
+            # enough pages, and at least one of each opt-out group (home pages come early on every host)
+            while time.monotonic() < deadline and (
+                    len(pages) < WANT_PAGES or not all(by_group(pages, described).values())):
                 time.sleep(3)
                 pages = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_PAGES, start_ms)]
         finally:
@@ -59,7 +93,7 @@ def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory:
         web.stop()
     frontier = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_FRONTIER, start_ms)]
     yield {"config": config, "pages": pages, "frontier": frontier, "log": load_log(web.log_path),
-           "web": build_web(N_HOSTS, SEED), "warc_root": warc_root}
+           "web": described, "warc_root": warc_root}
 
 
 def test_the_loop_publishes_pages(crawl_run):
@@ -101,3 +135,30 @@ def test_every_warc_file_passes_warcio_fastwarc_and_jwarc(crawl_run):
     assert files
     for path in files:
         assert_all_accept(path)
+
+
+def test_every_published_page_matches_the_pages_parsed_schema_and_carries_an_optout_verdict(crawl_run):
+    validator = jsonschema.Draft202012Validator(PAGES_SCHEMA)
+    for page in crawl_run["pages"]:
+        validator.validate(page)
+        assert "optout" in page, page["url"]
+
+
+def test_pages_of_a_host_whose_robots_txt_disallows_gptbot_are_reserved_with_the_reason(crawl_run):
+    pages = by_group(crawl_run["pages"], crawl_run["web"])["gptbot"]
+    assert pages, "no page of a GPTBot-blocking host was published"
+    assert {p["url"]: p["optout"] for p in pages} == {
+        p["url"]: {"reserved": True, "reason": "robots.txt disallows GPTBot"} for p in pages}
+
+
+def test_pages_sent_with_x_robots_tag_noai_are_reserved_with_the_reason(crawl_run):
+    pages = by_group(crawl_run["pages"], crawl_run["web"])["noai"]
+    assert pages, "no page of a noai host was published"
+    assert {p["url"]: p["optout"] for p in pages} == {
+        p["url"]: {"reserved": True, "reason": "x-robots-tag: noai"} for p in pages}
+
+
+def test_pages_without_an_optout_signal_are_published_as_not_reserved(crawl_run):
+    pages = by_group(crawl_run["pages"], crawl_run["web"])["plain"]
+    assert pages
+    assert {p["url"]: p["optout"] for p in pages} == {p["url"]: {"reserved": False, "reason": ""} for p in pages}

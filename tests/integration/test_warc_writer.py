@@ -21,6 +21,7 @@ from operators.warc_writer import (
     is_archived,
 )
 from tests.warc_validators import all_validators, jwarc_available, warcio_check
+from udfs.recent import DiscoveryPolicy, RecentUrls
 from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES, FetchRequest, FetchResult, FetchStatus
 from udfs.urls import url_fp
 from udfs.warc import WarcBuilder
@@ -169,6 +170,21 @@ def test_links_are_batched_per_target_host_without_nofollow_at_depth_plus_one() 
     for batch in batches.values():
         for entry in batch["urls"]:
             assert entry["depth"] == 3 and entry["source"] == "link" and entry["fp"] == url_fp(entry["url"])
+
+
+def test_links_sent_recently_are_not_sent_again_but_redirect_targets_always_are() -> None:
+    recent = RecentUrls(DiscoveryPolicy())
+    first = [json.loads(v) for t, _, v in events_for(parse_result(result()), None, None, recent)
+             if t == TOPIC_FRONTIER and json.loads(v)["type"] == "discovered"]
+    assert sum(len(b["urls"]) for b in first) == 3
+    again = result("http://site.test/2", done_at=T0 + 5)
+    assert [v for t, _, v in events_for(parse_result(again), None, None, recent)
+            if t == TOPIC_FRONTIER and json.loads(v)["type"] == "discovered"] == [], "every link was sent just before"
+    assert recent.repeats == 3
+    for _ in range(2):
+        (batch,) = [json.loads(v) for t, _, v in events_for(parse_result(CASES["redirect"]), None, None, recent)
+                    if t == TOPIC_FRONTIER and json.loads(v)["type"] == "discovered"]
+        assert batch["urls"][0]["source"] == "redirect"
 
 
 def test_redirect_is_archived_completed_with_its_target_and_discovered_but_not_published() -> None:

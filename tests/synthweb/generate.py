@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -49,6 +50,11 @@ def _addresses(policy: WebPolicy) -> Iterator[str]:
             yield str(addr)
         addr += 1
     raise ValueError("ran out of loopback addresses")
+
+
+def _drawn(seed: int, name: str, signal: str, share: float) -> bool:
+    """A per-host choice outside the generator's random stream (so a new knob changes nothing else)."""
+    return zlib.crc32(f"{seed}|{name}|{signal}".encode()) < share * 2**32
 
 
 def _pick(rng: random.Random, mix: tuple[tuple[RobotsVariant, float], ...]) -> RobotsVariant:
@@ -164,6 +170,8 @@ def build_web(n_hosts: int, seed: int, policy: WebPolicy | None = None, *,
             disallowed=_RULE_VARIANTS.get(robots, ()),
             sitemap=sitemap, behaviours=behaviours,
             robots_source=rng.randrange(len(corpus.robots_names)) if robots is RobotsVariant.REAL else None,
+            gptbot_disallowed=_drawn(seed, name, "gptbot", policy.gptbot_disallow_share),
+            noai=_drawn(seed, name, "noai", policy.noai_share),
         ))
     hosts = [_with_redirect_target(h, hosts, rng) for h in hosts]
     missing = tuple(f"gone-{k}.s{k:04d}.test" for k in range(1, max(2, n_hosts // 50) + 1))

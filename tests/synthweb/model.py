@@ -90,6 +90,10 @@ class WebPolicy:
     crawl_delays: tuple[float, ...] = (0.5, 1.0, 2.0)
     robots_mix: tuple[tuple[RobotsVariant, float], ...] = DEFAULT_ROBOTS_MIX
     behaviour_share: float = 0.15            # hosts with at least one hostile behaviour
+    # TDM opt-outs (issue #9), off by default; hosts are picked by a hash of seed and name, not the
+    # generator's random stream, so turning them on leaves the rest of the web unchanged
+    gptbot_disallow_share: float = 0.0       # hosts whose rules robots.txt also disallows GPTBot everything
+    noai_share: float = 0.0                  # hosts whose HTML pages send `X-Robots-Tag: noai`
     behaviours: frozenset[Behaviour] = ALL_BEHAVIOURS  # which behaviours may be handed out
     huge_page_bytes: int = 20 * 1024 * 1024
     gzip_bomb_bytes: int = 200 * 1024 * 1024
@@ -121,6 +125,8 @@ class WebPolicy:
             "sitemap_index_share": self.sitemap_index_share,
             "crawl_delay_share": self.crawl_delay_share,
             "behaviour_share": self.behaviour_share,
+            "gptbot_disallow_share": self.gptbot_disallow_share,
+            "noai_share": self.noai_share,
         }
         for name, value in shares.items():
             if not 0.0 <= value <= 1.0:
@@ -180,6 +186,8 @@ class Host:
     behaviours: frozenset[Behaviour]
     robots_source: int | None = None   # index into the real robots corpus (REAL variant)
     robots_redirect: str | None = None  # absolute path or host name the REDIRECT variant points at
+    gptbot_disallowed: bool = False    # its rules body (RULES, REDIRECT target) has `User-agent: GPTBot / Disallow: /`
+    noai: bool = False                 # its HTML pages (but session-trap ones) send `X-Robots-Tag: noai`
 
     @cached_property
     def page_map(self) -> dict[str, Page]:

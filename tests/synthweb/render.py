@@ -160,7 +160,8 @@ class Router:
             return Reply(200, [("Content-Type", HTML)], r.body, gzip=r.gzip)
         cache_key = (host.name, page.body_key, version, variant)
         r = self.pages.get_or_make(cache_key, lambda: self._render(host, page, version, None))
-        return Reply(200, [("Content-Type", HTML)], r.body, etag=etag, last_modified=modified, gzip=r.gzip)
+        headers = [("Content-Type", HTML), ("X-Robots-Tag", "noai")] if host.noai else [("Content-Type", HTML)]
+        return Reply(200, headers, r.body, etag=etag, last_modified=modified, gzip=r.gzip)
 
     def _render(self, host: Host, page: Page, version: int, sid: str | None) -> Rendered:
         template = self.corpus.template(page.source)

@@ -36,8 +36,9 @@ def _sitemap_lines(host: Host, port: int) -> str:
 def rules_body(host: Host, port: int) -> bytes:
     """The plain-rules body (RULES, the target of REDIRECT): Disallow prefixes, maybe Crawl-delay."""
     delay = f"Crawl-delay: {host.crawl_delay:g}\n" if host.crawl_delay else ""
+    gptbot = "User-agent: GPTBot\n" if host.gptbot_disallowed else ""
     return (f"# robots.txt for {host.name}\nUser-agent: *\nDisallow: /private/\nDisallow: /tmp/\n{delay}"
-            f"\nUser-agent: BadBot\nDisallow: /\n{_sitemap_lines(host, port)}").encode()
+            f"\nUser-agent: BadBot\n{gptbot}Disallow: /\n{_sitemap_lines(host, port)}").encode()
 
 
 def _wildcard_body(host: Host, port: int) -> bytes:

@@ -5,7 +5,7 @@ import codecs
 
 import pytest
 
-from udfs.links import ExtractPolicy, Robots, extract, is_html, parse_refresh, robots_directives
+from udfs.links import MAX_META_CONTENT_CHARS, ExtractPolicy, Robots, extract, is_html, parse_refresh, robots_directives
 from udfs.text import decode_html, primary_language
 
 PAGE = "http://example.com/dir/page.html"
@@ -267,6 +267,40 @@ def test_undeclared_cyrillic_bytes_are_detected() -> None:
     assert "Привет" in decoded and used == "cp1251"
 
 
+# --- meta tags for the opt-out decision (issue #9) ---------------------------------------------
+
+def test_meta_pairs_the_optout_decision_reads_are_kept_lower_cased_in_document_order() -> None:
+    head = ('<meta name="Robots" content="noindex, NoAI"><meta name="description" content="x">'
+            '<meta name=" TDM-Reservation " content="1"><meta name="tdm-policy" content="https://p.example/p.json">'
+            '<meta name="GPTBot" content="noai"><meta name="googlebot" content="noai"><meta content="no name">')
+    got = extract(PAGE, HTML, page("", head=head))
+    assert got.meta == (("robots", "noindex, NoAI"), ("tdm-reservation", "1"),
+                        ("tdm-policy", "https://p.example/p.json"), ("gptbot", "noai"))
+    assert got.robots.noindex  # the robots verdict for us is unchanged
+
+
+def test_meta_names_are_the_callers_choice() -> None:
+    head = '<meta name="robots" content="noai"><meta name="mybot" content="noai">'
+    assert extract(PAGE, HTML, page("", head=head), meta_names=frozenset({"mybot"})).meta == (("mybot", "noai"),)
+    assert extract(PAGE, HTML, page("", head=head), meta_names=frozenset()).meta == ()
+
+
+def test_meta_pairs_in_the_body_count_and_missing_content_is_empty() -> None:
+    assert extract(PAGE, HTML, page('<meta name="robots"><p>x</p>')).meta == (("robots", ""),)
+
+
+def test_meta_pairs_are_bounded_in_count_and_length() -> None:
+    head = "".join(f'<meta name="robots" content="v{i}">' for i in range(100))
+    assert [v for _, v in extract(PAGE, HTML, page("", head=head)).meta] == [f"v{i}" for i in range(32)]
+    assert len(extract(PAGE, HTML, page("", head=head), ExtractPolicy(max_meta=3)).meta) == 3
+    long = extract(PAGE, HTML, page("", head=f'<meta name="robots" content="{"a" * 100_000}">'))
+    assert len(long.meta[0][1]) == MAX_META_CONTENT_CHARS
+
+
+def test_non_html_bodies_have_no_meta_pairs() -> None:
+    assert extract(PAGE, {"content-type": "application/pdf"}, b'<meta name="robots" content="noai">').meta == ()
+
+
 # --- errors as data ------------------------------------------------------------------------------
 
 def test_a_parser_failure_is_reported_as_data_with_header_verdicts_kept(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -285,5 +319,7 @@ def test_policy_loads_from_the_extract_config_section() -> None:
     from udfs.config import ConfigError, build_section
 
     assert build_section("extract", {"max_links": 5, "follow_iframes": True}) == ExtractPolicy(max_links=5, follow_iframes=True)
+    with pytest.raises(ConfigError, match="max_meta"):
+        build_section("extract", {"max_meta": -1})
     with pytest.raises(ConfigError, match="max_links"):
         build_section("extract", {"max_links": -1})

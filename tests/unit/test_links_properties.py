@@ -37,6 +37,7 @@ def test_extract_never_raises_and_returns_bounded_values(url: str, headers: list
     assert all(link.url.startswith(("http://", "https://")) for link in got.links)
     assert got.refresh is None or got.refresh.startswith(("http://", "https://"))
     assert got.canonical is None or got.canonical.startswith(("http://", "https://"))
+    assert len(got.meta) <= 32 and all(name == name.strip().lower() for name, _ in got.meta)
 
 
 @settings(max_examples=150, deadline=None)

@@ -7,7 +7,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.optout import OptOut, OptOutPolicy, decide, location_matches, tdmrep_rule
+from udfs.optout import (
+    OptOut,
+    OptOutPolicy,
+    ai_disallowed,
+    decide,
+    location_matches,
+    meta_names,
+    robots_reasons,
+    tdmrep_rule,
+)
+from udfs.robots import parse_robots
 
 URL = "https://news.example/articles/2024/story.html"
 
@@ -168,9 +178,10 @@ def test_a_hostile_pattern_matches_in_linear_time():
 @settings(max_examples=200, deadline=None)
 @given(url=st.text(max_size=200), body=st.binary(max_size=300), meta=st.dictionaries(st.text(max_size=20),
                                                                                        st.text(max_size=40)),
-       headers=st.lists(st.tuples(st.text(max_size=20), st.text(max_size=40)), max_size=5))
-def test_decide_never_raises(url, body, meta, headers):
-    verdict = decide(url, headers=headers, meta=meta, robots_body=body, tdmrep_body=body)
+       headers=st.lists(st.tuples(st.text(max_size=20), st.text(max_size=40)), max_size=5),
+       agents=st.lists(st.one_of(st.text(max_size=12), st.none(), st.integers()), max_size=4))
+def test_decide_never_raises(url, body, meta, headers, agents):
+    verdict = decide(url, headers=headers, meta=meta, robots_body=body, tdmrep_body=body, robots_disallowed=agents)
     assert isinstance(verdict.reserved, bool) and verdict.reserved == bool(verdict.reasons)
 
 
@@ -190,3 +201,125 @@ def test_malformed_header_containers_are_no_signal(hostile):
 def test_policy_rejects_bad_values(kwargs, message):
     with pytest.raises(ValueError, match=message):
         OptOutPolicy(**kwargs)
+
+
+# --- the frontier's verdict: AI agents robots.txt disallows for a URL (issue #9 wiring) -------------
+
+@pytest.mark.parametrize("url,agents", [
+    (URL, ("GPTBot", "CCBot")),
+    ("https://news.example/articles/free/x", ("GPTBot",)),    # CCBot's Allow wins inside its Disallow
+    ("https://news.example/about", ("GPTBot",)),
+    ("https://news.example/admin/x", ("GPTBot", "Google-Extended", "anthropic-ai", "ClaudeBot")),  # `*` rules
+    ("https://news.example/robots.txt", ()),                   # robots.txt itself is always allowed
+])
+def test_ai_disallowed_names_the_agents_robots_txt_keeps_out_of_the_url(url, agents):
+    assert ai_disallowed(parse_robots(ROBOTS_AI_BLOCKED), url, OptOutPolicy().ai_agents) == agents
+
+
+def test_ai_disallowed_keeps_the_configured_order_and_agent_spelling():
+    rules = parse_robots(b"User-agent: claudebot\nUser-agent: gptbot\nDisallow: /\n")
+    assert ai_disallowed(rules, URL, ("GPTBot", "CCBot", "ClaudeBot")) == ("GPTBot", "ClaudeBot")
+
+
+class _BrokenRules:
+    def allowed(self, url: str, user_agent: str) -> bool:
+        raise RuntimeError("boom")
+
+
+def test_ai_disallowed_fails_closed_on_rules_that_raise():
+    assert ai_disallowed(_BrokenRules(), URL, ("GPTBot",)) == ("GPTBot",)
+
+
+@pytest.mark.parametrize("body", [ROBOTS_AI_BLOCKED, b"User-agent: *\nDisallow: /\n", b"",
+                                  b"User-agent: CCBot\nDisallow: /articles/\n"])
+@pytest.mark.parametrize("url", [URL, "https://news.example/articles/free/x", "https://news.example/"])
+def test_the_frontier_verdict_gives_the_same_reasons_as_the_robots_body(body, url):
+    agents = OptOutPolicy().ai_agents
+    from_frontier = decide(url, robots_disallowed=ai_disallowed(parse_robots(body), url, agents))
+    assert from_frontier == decide(url, robots_body=body)
+    assert list(from_frontier.reasons) == robots_reasons(url, body, agents)
+
+
+def test_the_frontier_verdict_and_the_body_together_give_each_reason_once():
+    verdict = decide(URL, robots_body=ROBOTS_AI_BLOCKED, robots_disallowed=["GPTBot"])
+    assert verdict.reasons == ("robots.txt disallows GPTBot", "robots.txt disallows CCBot")
+
+
+def test_the_frontier_verdict_joins_the_other_signals():
+    verdict = decide(URL, headers=[("X-Robots-Tag", "noai")], meta=[("tdm-reservation", "1")],
+                     robots_disallowed=("GPTBot",))
+    assert verdict.reasons == ("robots.txt disallows GPTBot", "x-robots-tag: noai", "tdmrep meta: tdm-reservation=1")
+
+
+def test_use_robots_false_ignores_the_frontier_verdict():
+    assert decide(URL, robots_disallowed=("GPTBot",), policy=OptOutPolicy(use_robots=False)) == OptOut(False)
+
+
+@pytest.mark.parametrize("hostile,reasons", [
+    ("GPTBot", ("robots.txt disallows GPTBot",)),    # one name, not its letters
+    (None, ()), (5, ()), ([None, 3, "", "bad agent", "x\ny"], ()),
+    (["CCBot", b"GPTBot"], ("robots.txt disallows CCBot",)),
+])
+def test_a_malformed_frontier_verdict_counts_only_its_product_tokens(hostile, reasons):
+    assert decide(URL, robots_disallowed=hostile).reasons == reasons
+
+
+# --- meta tags the decision reads ------------------------------------------------------------------
+
+def test_meta_names_are_the_tdm_names_and_the_configured_agents_in_lower_case():
+    assert meta_names() == {"robots", "tdm-reservation", "tdm-policy", "gptbot", "ccbot", "google-extended",
+                            "anthropic-ai", "claudebot"}
+    assert meta_names(OptOutPolicy(ai_agents=("MyBot",))) == {"robots", "tdm-reservation", "tdm-policy", "mybot"}
+
+
+def test_meta_pairs_are_read_like_a_mapping_and_the_last_tdm_value_wins():
+    pairs = [("robots", "index"), ("tdm-reservation", "1"), ("tdm-reservation", "0"), ("GPTBot", "noai")]
+    assert decide(URL, meta=pairs).reasons == ("meta gptbot: noai",)
+
+
+# --- the frontier (operators.frontier.HostFrontier) puts the verdict on the page's FetchRequest -----
+
+AI_ROBOTS = b"User-agent: *\nDisallow: /private/\n\nUser-agent: GPTBot\nUser-agent: CCBot\nDisallow: /news/\n"
+
+
+def _frontier(optout: OptOutPolicy = OptOutPolicy()):
+    from operators.frontier import HostFrontier
+    from tests.unit.test_frontier_logic_host import Harness
+    from udfs.politeness import PolitenessPolicy
+    h = Harness(politeness=PolitenessPolicy(default_delay_s=0.5, min_delay_s=0.0))
+    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots, h.policy,
+                              h.politeness, h.robots_policy, optout=optout)
+    return h
+
+
+def _released(h, robots_status: int, robots_body: bytes, *paths: str) -> list[dict]:
+    (robots,) = h.discover(*paths)
+    h.robots(robots, robots_status, robots_body)
+    pages = []
+    for _ in paths:
+        (page,) = h.advance(1)
+        pages.append(page)
+        h.complete(page)
+    return pages
+
+
+def test_the_frontier_names_the_ai_agents_robots_txt_disallows_on_each_released_page():
+    h = _frontier()
+    news, other = _released(h, 200, AI_ROBOTS, "/news/a", "/about")
+    assert news["ai_disallowed"] == ["GPTBot", "CCBot"]
+    assert "ai_disallowed" not in other          # only when non-empty
+    assert h.counts["ai_disallowed"] == 1 and h.counts["released"] == 2
+
+
+def test_the_frontier_asks_only_the_configured_agents():
+    (news,) = _released(_frontier(OptOutPolicy(ai_agents=("CCBot", "ClaudeBot"))), 200, AI_ROBOTS, "/news/a")
+    assert news["ai_disallowed"] == ["CCBot"]
+
+
+@pytest.mark.parametrize("status,body,optout", [
+    (404, b"", OptOutPolicy()),                         # no robots.txt: nothing reserved by it
+    (200, AI_ROBOTS, OptOutPolicy(use_robots=False)),   # the family switched off
+])
+def test_the_frontier_adds_no_verdict_without_rules_or_when_switched_off(status, body, optout):
+    (news,) = _released(_frontier(optout), status, body, "/news/a")
+    assert "ai_disallowed" not in news

@@ -21,16 +21,20 @@ VALIDATOR = jsonschema.Draft202012Validator(SCHEMA, format_checker=jsonschema.Fo
 MANIFEST = [json.loads(line) for line in (WEBDATA / "trafilatura_eval" / "manifest.jsonl").open()]
 
 
-def published(entry: dict[str, Any], content_type: str = "text/html; charset=utf-8") -> dict[str, Any]:
+def published(entry: dict[str, Any], content_type: str = "text/html; charset=utf-8",
+              extra_headers: tuple[tuple[str, str], ...] = (), ai_disallowed: tuple[str, ...] = ()) -> dict[str, Any]:
     """The pages.parsed value the WARC writer emits for one real page, decoded from its topic bytes."""
     url = normalize_url(entry["url"])
     assert url is not None
     request = FetchRequest(host=host_key(url), url=url, fp=url_fp(url), kind="page", lease_id="lease-1", depth=1,
                            attempt=0)
+    if ai_disallowed:
+        request["ai_disallowed"] = list(ai_disallowed)
     body = gzip.open(WEBDATA / "trafilatura_eval" / entry["file"]).read()
     result = fetch_result(request, FetchStatus.OK, started_at=1_767_225_600.0, done_at=1_767_225_600.4,
                           http_status=200, http_reason="OK", http_version="1.1",
-                          headers=[("Content-Type", content_type), ("Content-Length", str(len(body)))],
+                          headers=[("Content-Type", content_type), ("Content-Length", str(len(body))),
+                                   *extra_headers],
                           body=body, ip="127.0.0.5")
     page = parsed_page(parse_result(result), Location("/data/warc/crawl/2026-01-01/0/00000.warc.gz", 1234, 56789))
     assert page is not None
@@ -56,8 +60,19 @@ def test_a_record_without_content_type_validates():
 
 
 def test_schema_lists_every_field_the_writer_emits(record):
-    assert set(record) == set(SCHEMA["required"])
+    assert set(record) == set(SCHEMA["required"]) | {"optout"}
     assert set(SCHEMA["properties"]) == set(SCHEMA["required"]) | {"optout"}
+
+
+def test_a_page_without_signals_is_published_as_not_reserved(record):
+    assert record["optout"] == {"reserved": False, "reason": ""}
+
+
+def test_the_frontier_verdict_and_a_noai_header_publish_a_reserved_record_that_validates():
+    page = published(MANIFEST[2], extra_headers=(("X-Robots-Tag", "noai"),), ai_disallowed=("GPTBot", "CCBot"))
+    VALIDATOR.validate(page)
+    assert page["optout"] == {"reserved": True, "reason": "robots.txt disallows GPTBot; robots.txt disallows CCBot; "
+                                                          "x-robots-tag: noai"}
 
 
 @pytest.mark.parametrize("optout", [{"reserved": True, "reason": "robots.txt disallows GPTBot"},

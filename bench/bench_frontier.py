@@ -1,0 +1,125 @@
+"""The frontier's pure-Python cost per fetched page: HostFrontier (the operator's state glue) driven
+with dict-backed state, fed the discoveries of pages shaped like the benchmark web's.
+
+Each simulated page yields one batch of ~116 same-host links (pages of its own host, so most repeat)
+and ~25 single-URL batches to other hosts skewed toward popular ones, half of them home pages, as
+tests/synthweb/links.py draws them. Reports CPU time per page, per event and per URL after a warm-up,
+and the share of each verdict. What this leaves out: Flink's state access (RocksDB through JNI) and
+record serialization, which come on top in the job. `python -m bench.bench_frontier [--hosts 500]`.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import time
+from typing import Any
+
+from operators.frontier import FrontierGauges, HostFrontier
+from udfs.bloom import DEFAULT_BLOOM_POLICY, SeenFilter
+from udfs.records import b64
+from udfs.robots import parse_robots
+from udfs.urls import url_fp
+
+NOW = 1_700_000_000.0
+ROBOTS = b"User-agent: *\nDisallow: /private/\nDisallow: /*?sort=\n"
+
+
+class Value:
+    def __init__(self) -> None:
+        self.v: Any = None
+
+    def value(self) -> Any:
+        return self.v
+
+    def update(self, v: Any) -> None:
+        self.v = v
+
+
+class Map(dict):
+    def put(self, k: Any, v: Any) -> None:
+        self[k] = v
+
+    def remove(self, k: Any) -> None:
+        del self[k]
+
+
+def entry(url: str, source: str = "link", depth: int = 2) -> dict[str, Any]:
+    return {"url": url, "fp": url_fp(url), "depth": depth, "priority": 5 if source == "link" else 0, "source": source}
+
+
+class Bench:
+    def __init__(self, n_hosts: int, pages_per_host: int, seed: int) -> None:
+        self.hosts = [f"h{i:05d}.example" for i in range(n_hosts)]
+        self.pages_per_host = pages_per_host
+        self.state = {h: (Value(), Value(), Map(), Map(), Map()) for h in self.hosts}
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.frontier = HostFrontier(Value(), Value(), Map(), Map(), lambda name: self.counts.update((name,)),
+                                     parse_robots, seen=SeenFilter(DEFAULT_BLOOM_POLICY), epoch=7, due=Map(),
+                                     gauges=FrontierGauges())
+        self.rnd = random.Random(seed)
+
+    def call(self, event: dict[str, Any], now: float) -> list[dict[str, Any]]:
+        f, host = self.frontier, event["host"]
+        f.host_row, f.robots_body, f.slots, f.urls, f.due = self.state[host]
+        return f.on_event(host, event, now).requests
+
+    def start_hosts(self) -> None:
+        """Seed every host and answer its robots.txt lease, so later URLs meet parsed rules."""
+        for host in self.hosts:
+            (robots,) = self.call({"v": 1, "type": "discovered", "host": host,
+                                   "urls": [entry(f"http://{host}/", "seed", 0)]}, NOW)
+            self.call({"v": 1, "type": "robots", "host": host, "lease_id": robots["lease_id"], "fetch_status": "ok",
+                       "http_status": 200, "fetched_at": NOW, "fetch_ms": 5.0, "body_b64": b64(ROBOTS)}, NOW + 0.01)
+
+    def page(self) -> list[dict[str, Any]]:
+        rnd, hosts = self.rnd, self.hosts
+        source = rnd.choice(hosts)
+        same = dict.fromkeys(f"http://{source}/p/{rnd.randrange(self.pages_per_host)}.html" for _ in range(116))
+        events = [{"v": 1, "type": "discovered", "host": source, "urls": [entry(u) for u in same]}]
+        for _ in range(25):
+            other = hosts[int(len(hosts) * rnd.random() ** 2)]
+            url = f"http://{other}/" if rnd.random() < 0.5 else f"http://{other}/p/{rnd.randrange(self.pages_per_host)}.html"
+            events.append({"v": 1, "type": "discovered", "host": other, "urls": [entry(url)]})
+        return events
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=500)
+    parser.add_argument("--pages-per-host", type=int, default=300)
+    parser.add_argument("--warmup-pages", type=int, default=500)
+    parser.add_argument("--pages", type=int, default=1500)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    bench = Bench(args.hosts, args.pages_per_host, args.seed)
+    bench.start_hosts()
+    pages = [bench.page() for _ in range(args.warmup_pages + args.pages)]
+    clock = NOW + 1.0
+    for events in pages[:args.warmup_pages]:
+        for event in events:
+            bench.call(event, clock)
+        clock += 0.01
+    bench.counts.clear()
+    measured = pages[args.warmup_pages:]
+    n_events = sum(len(events) for events in measured)
+    n_urls = sum(len(e["urls"]) for events in measured for e in events)
+    started = time.process_time()
+    for events in measured:
+        for event in events:
+            bench.call(event, clock)
+        clock += 0.01
+    spent = time.process_time() - started
+    print(f"{args.hosts} hosts, {args.pages} pages after {args.warmup_pages} of warm-up: "
+          f"{n_events / args.pages:.1f} events and {n_urls / args.pages:.1f} URLs per page")
+    print(f"frontier CPU per page        {spent / args.pages * 1000:8.2f} ms")
+    print(f"frontier CPU per event       {spent / n_events * 1e6:8.1f} us")
+    print(f"frontier CPU per URL         {spent / n_urls * 1e6:8.1f} us")
+    verdicts = {k: v for k, v in bench.counts.items() if k in ("admitted", "dropped_seen") or k.startswith("dropped_")}
+    total = sum(verdicts.values()) or 1
+    print("verdicts: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(verdicts.items())))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
