@@ -4,7 +4,7 @@ with dict-backed state, fed the discoveries of pages shaped like the benchmark w
 Each simulated page yields one batch of ~116 same-host links (pages of its own host, so most repeat)
 and ~25 single-URL batches to other hosts skewed toward popular ones, half of them home pages, as
 tests/synthweb/links.py draws them. Reports CPU time per page, per event and per URL after a warm-up,
-and the share of each verdict. What this leaves out: Flink's state access (RocksDB through JNI) and
+and the share of each verdict, with every link sent and with the WARC writer's recent-links filter. What this leaves out: Flink's state access (RocksDB through JNI) and
 record serialization, which come on top in the job. `python -m bench.bench_frontier [--hosts 500]`.
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from operators.frontier import FrontierGauges, HostFrontier
 from udfs.bloom import DEFAULT_BLOOM_POLICY, SeenFilter
+from udfs.recent import DiscoveryPolicy, RecentUrls
 from udfs.records import b64
 from udfs.robots import parse_robots
 from udfs.urls import url_fp
@@ -84,6 +85,37 @@ class Bench:
         return events
 
 
+def filtered(pages: list[list[dict[str, Any]]], start: float) -> list[list[dict[str, Any]]]:
+    """The same pages as a WARC writer sends them with its recent-links filter on (decision 1607)."""
+    recent, clock, out = RecentUrls(DiscoveryPolicy()), start, []
+    for events in pages:
+        kept = [{**e, "urls": [u for u in e["urls"] if recent.first_time(u["fp"], clock)]} for e in events]
+        out.append([e for e in kept if e["urls"]])
+        clock += 0.01
+    return out
+
+
+def measure(bench: Bench, pages: list[list[dict[str, Any]]], clock: float, label: str) -> float:
+    """Feed `pages`, print the frontier's CPU per page, event and URL; returns the clock after."""
+    bench.counts.clear()
+    n_events = sum(len(events) for events in pages)
+    n_urls = sum(len(e["urls"]) for events in pages for e in events)
+    started = time.process_time()
+    for events in pages:
+        for event in events:
+            bench.call(event, clock)
+        clock += 0.01
+    spent = time.process_time() - started
+    verdicts = {k: v for k, v in bench.counts.items() if k == "admitted" or k.startswith("dropped_")}
+    total = sum(verdicts.values()) or 1
+    print(f"{label}: {n_events / len(pages):.1f} events and {n_urls / len(pages):.1f} URLs per page; "
+          + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(verdicts.items())))
+    print(f"  frontier CPU per page        {spent / len(pages) * 1000:8.2f} ms")
+    print(f"  frontier CPU per event       {spent / max(n_events, 1) * 1e6:8.1f} us")
+    print(f"  frontier CPU per URL         {spent / max(n_urls, 1) * 1e6:8.1f} us")
+    return clock
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=500)
@@ -92,32 +124,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pages", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    bench = Bench(args.hosts, args.pages_per_host, args.seed)
-    bench.start_hosts()
-    pages = [bench.page() for _ in range(args.warmup_pages + args.pages)]
-    clock = NOW + 1.0
-    for events in pages[:args.warmup_pages]:
-        for event in events:
-            bench.call(event, clock)
-        clock += 0.01
-    bench.counts.clear()
-    measured = pages[args.warmup_pages:]
-    n_events = sum(len(events) for events in measured)
-    n_urls = sum(len(e["urls"]) for events in measured for e in events)
-    started = time.process_time()
-    for events in measured:
-        for event in events:
-            bench.call(event, clock)
-        clock += 0.01
-    spent = time.process_time() - started
-    print(f"{args.hosts} hosts, {args.pages} pages after {args.warmup_pages} of warm-up: "
-          f"{n_events / args.pages:.1f} events and {n_urls / args.pages:.1f} URLs per page")
-    print(f"frontier CPU per page        {spent / args.pages * 1000:8.2f} ms")
-    print(f"frontier CPU per event       {spent / n_events * 1e6:8.1f} us")
-    print(f"frontier CPU per URL         {spent / n_urls * 1e6:8.1f} us")
-    verdicts = {k: v for k, v in bench.counts.items() if k in ("admitted", "dropped_seen") or k.startswith("dropped_")}
-    total = sum(verdicts.values()) or 1
-    print("verdicts: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in sorted(verdicts.items())))
+    print(f"{args.hosts} hosts of {args.pages_per_host} pages; {args.pages} pages measured after "
+          f"{args.warmup_pages} of warm-up, each run on fresh state")
+    for label, shaped in (("every link sent", lambda pages, start: pages),
+                          ("writer filter on (decision 1607)", filtered)):
+        bench = Bench(args.hosts, args.pages_per_host, args.seed)
+        bench.start_hosts()
+        pages = shaped([bench.page() for _ in range(args.warmup_pages + args.pages)], NOW + 1.0)
+        clock = NOW + 1.0
+        for events in pages[:args.warmup_pages]:
+            for event in events:
+                bench.call(event, clock)
+            clock += 0.01
+        measure(bench, pages[args.warmup_pages:], clock, label)
     return 0
 
 

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from crawler.durable import fsync_path
 from consumers.corpus_takedowns import Removal, remove_taken_down
 from consumers.stream import Message, ReadLimits, consume_batches, read_page
 from crawler.audit import AuditLog
@@ -300,9 +301,9 @@ class CorpusWriter:
         name = f"part-{uuid.uuid4().hex}.parquet"
         tmp = folder / f".{name}.tmp"
         pq.write_table(table, tmp, compression="zstd")
-        _fsync(tmp)
+        fsync_path(tmp)
         os.replace(tmp, folder / name)
-        _fsync(folder)
+        fsync_path(folder)
 
     def _append_dropped(self, lines: list[dict[str, Any]]) -> None:
         if not lines:
@@ -340,13 +341,6 @@ def _dropped_line(page: dict[str, Any], drop: Drop) -> dict[str, Any]:
     return {"url": page["url"], "url_fp": page["url_fp"], "fetched_at": page["fetched_at"],
             "reason": drop.reason, "detail": drop.detail}
 
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def run_corpus(bootstrap: str, out: Path | str, policy: CorpusPolicy, limits: ReadLimits, *,

@@ -19,6 +19,7 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from crawler.durable import fsync_path
 from udfs.control import Takedown
 
 REMOVED_LOG: Final = "_removed.jsonl"
@@ -61,7 +62,7 @@ def remove_taken_down(out: Path, command: Takedown, now: float) -> Removal:
             rewritten += 1
         else:
             path.unlink()
-            _fsync(path.parent)
+            fsync_path(path.parent)
             deleted += 1
         rows += gone.num_rows
     return Removal(rows, rewritten, deleted)
@@ -70,9 +71,9 @@ def remove_taken_down(out: Path, command: Takedown, now: float) -> Removal:
 def _replace(path: Path, table: pa.Table) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     pq.write_table(table, tmp, compression="zstd")
-    _fsync(tmp)
+    fsync_path(tmp)
     os.replace(tmp, path)
-    _fsync(path.parent)
+    fsync_path(path.parent)
 
 
 def _log_removed(out: Path, path: Path, gone: pa.Table, command: Takedown, now: float) -> None:
@@ -90,11 +91,3 @@ def _append_lines(path: Path, lines: list[dict[str, Any]]) -> None:
         log.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
         log.flush()
         os.fsync(log.fileno())
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

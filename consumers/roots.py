@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from crawler.durable import fsync_path
 from operators.object_store import make_client
 from udfs.storage import S3Root, StoragePolicy, is_s3_root, parse_s3_root
 
@@ -75,7 +76,7 @@ class LocalRoot:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, target)
-        fsync_dir(target.parent)
+        fsync_path(target.parent)
 
     def delete(self, names: list[str]) -> None:
         """Unlink each file, then remove folders left empty (up to the root) and fsync their parents."""
@@ -89,7 +90,7 @@ class LocalRoot:
                 folder.rmdir()
                 folder = folder.parent
             if folder.is_dir():
-                fsync_dir(folder)
+                fsync_path(folder)
 
 
 class S3Objects:
@@ -142,12 +143,3 @@ def open_root(location: str, policy: StoragePolicy) -> Root:
     if is_s3_root(location):
         return S3Objects(parse_s3_root(location), policy)
     return LocalRoot(location)
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make a folder's entries (a rename, an unlink) durable."""
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

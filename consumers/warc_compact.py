@@ -20,7 +20,7 @@ from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
 
-from consumers.roots import fsync_dir
+from crawler.durable import fsync_path
 from consumers.tombstones import parse_cdxj_line
 
 _CHUNK = 1 << 16
@@ -84,7 +84,7 @@ def compact_warc(warc_path: Path, index_path: Path, urls: set[str]) -> Compactio
     _write_synced(index_tmp, "".join(line + "\n" for line in lines).encode("utf-8"))
     os.replace(warc_tmp, warc_path)
     os.replace(index_tmp, index_path)
-    fsync_dir(warc_path.parent)
+    fsync_path(warc_path.parent)
     return Compaction(warc_path.name, len(kept), len(members) - len(kept), len(data), len(body))
 
 
@@ -111,7 +111,7 @@ def _finish_interrupted(warc_path: Path, index_path: Path) -> None:
     warc_tmp, index_tmp = _tmp(warc_path), _tmp(index_path)
     if index_tmp.exists() and not warc_tmp.exists():
         os.replace(index_tmp, index_path)
-        fsync_dir(index_path.parent)
+        fsync_path(index_path.parent)
     warc_tmp.unlink(missing_ok=True)
     index_tmp.unlink(missing_ok=True)
 

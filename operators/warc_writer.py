@@ -40,6 +40,7 @@ from typing import Any, BinaryIO, TextIO
 from pyflink.common import Types
 from pyflink.datastream.functions import ProcessFunction, RuntimeContext
 
+from crawler.durable import fsync_path
 from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle
 from udfs.dedup import DedupVerdict, metadata_fields
@@ -229,7 +230,7 @@ class WarcFiles:
         self._relative = f"{relative_folder}/{name}"
         self._path = str(folder / name) if self._store is None else self._store.root.url(self._relative)
         self._opened_at, self._date = now, date
-        _fsync_dir(folder)
+        fsync_path(folder)
         info = self._builder.warcinfo(name, self._crawl_fields, date=now)
         self._warcinfo_id = info.record_id
         self._write(info)
@@ -266,13 +267,6 @@ class WarcFiles:
 def _utc_date(moment: float) -> str:
     return datetime.fromtimestamp(moment, timezone.utc).strftime("%Y-%m-%d")
 
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,7 +323,7 @@ def repair_file(folder: Path) -> Repair | None:
                     handle.truncate(length)
                     handle.flush()
                     os.fsync(handle.fileno())
-    _fsync_dir(folder)
+    fsync_path(folder)
     return Repair(str(warc), cut, size - cut, dropped_lines)
 
 

@@ -10,7 +10,9 @@ import pytest
 
 from crawler import maven
 from crawler.kafka_broker import KafkaBroker
+from crawler.s3proxy import S3ProxyServer
 from tests.integration.harness import free_port
+from udfs.storage import StoragePolicy
 
 
 
@@ -39,3 +41,21 @@ def flink_connector_jar() -> Path:
     if len(jars) != 1:
         pytest.fail(f"expected one flink-sql-connector-kafka jar, found {jars}")
     return jars[0]
+
+
+@pytest.fixture(scope="module")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3ProxyServer]:
+    """A fresh S3Proxy (filesystem backend) on a free loopback port, stopped after the module."""
+    server = S3ProxyServer(tmp_path_factory.mktemp("s3proxy"), free_port())
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def s3_storage(s3_server: S3ProxyServer) -> StoragePolicy:
+    """The storage policy that reaches `s3_server` (path-style addressing, its own credentials)."""
+    return StoragePolicy(endpoint_url=s3_server.endpoint_url, region="us-east-1", addressing_style="path",
+                         access_key_id=s3_server.identity, secret_access_key=s3_server.credential, max_attempts=2)

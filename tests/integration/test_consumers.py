@@ -12,7 +12,6 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,9 @@ from consumers.tombstones import load_tombstones
 from crawler import kafka_io
 from crawler.audit import AUDIT_ENV, AuditLog, os_actor, read_audit
 from crawler.cli import main
-from crawler.s3proxy import S3ProxyServer
 from operators.object_store import ObjectStore, make_client
 from operators.parse import parse_result
 from operators.warc_writer import Location, WarcFiles, WarcFileSettings, capture_records, parsed_page
-from tests.integration.harness import free_port
 from tests.integration.test_warc_writer import T0 as WARC_T0
 from tests.integration.test_warc_writer import result as warc_result
 from tests.paths import WEBDATA
@@ -216,20 +213,8 @@ def test_the_corpus_consumer_removes_a_page_already_written_when_a_takedown_arri
 
 
 @pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3ProxyServer]:
-    """A fresh S3Proxy on a free loopback port, stopped after this module."""
-    server = S3ProxyServer(tmp_path_factory.mktemp("s3proxy"), free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def storage(s3_server: S3ProxyServer) -> StoragePolicy:
-    return StoragePolicy(endpoint_url=s3_server.endpoint_url, region="us-east-1", addressing_style="path",
-                         access_key_id=s3_server.identity, secret_access_key=s3_server.credential, max_attempts=2)
+def storage(s3_storage: StoragePolicy) -> StoragePolicy:
+    return s3_storage
 
 
 def storage_overrides(policy: StoragePolicy) -> list[str]:

@@ -8,17 +8,14 @@ import io
 import json
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler.s3proxy import S3ProxyServer
 from operators.object_store import ObjectStore, UploadError, make_client
 from operators.parse import ParsedBundle, parse_result
 from operators.warc_writer import Event, PageArchiver, WarcFiles, WarcFileSettings
-from tests.integration.harness import free_port
 from tests.integration.test_warc_writer import CASES, T0
 from tests.warc_validators import warcio_check
 from udfs.records import TOPIC_PAGES
@@ -29,20 +26,8 @@ ARCHIVED = [name for name, r in CASES.items() if r["http_status"] is not None an
 
 
 @pytest.fixture(scope="module")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3ProxyServer]:
-    """A fresh S3Proxy on a free loopback port, stopped after this module."""
-    server = S3ProxyServer(tmp_path_factory.mktemp("s3proxy"), free_port())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture(scope="module")
-def policy(s3_server: S3ProxyServer) -> StoragePolicy:
-    return StoragePolicy(endpoint_url=s3_server.endpoint_url, region="us-east-1", addressing_style="path",
-                         access_key_id=s3_server.identity, secret_access_key=s3_server.credential, max_attempts=2)
+def policy(s3_storage: StoragePolicy) -> StoragePolicy:
+    return s3_storage
 
 
 @pytest.fixture
