@@ -43,7 +43,8 @@ IMG_DIR = ROOT / "docs" / "img"
 BEGIN, END = "<!-- bench-crawl:begin -->", "<!-- bench-crawl:end -->"
 BENCH_STATE = ROOT / ".cache" / "bench-stack"
 WEB_ALLOW, WEB_DENY = ["127.0.0.0/8"], ["127.255.0.0/16"]  # the web is loopback; one range stays denied
-ROBOTS_PATHS = ("/robots.txt", "/robots-moved.txt")
+# Per-host files fetched before pages (robots.txt, its redirect target, TDMRep's tdmrep.json): not pages.
+PREFLIGHT_PATHS = ("/robots.txt", "/robots-moved.txt", "/.well-known/tdmrep.json")
 MAX_STARTUP_S = 180.0  # from `flink run` to the first request on the web, before the run is declared failed
 OURS, SCRAPY = "ours", "scrapy"
 
@@ -115,15 +116,15 @@ def measurement_window(first_request_at: float, seconds: float, warmup_s: float)
     return Window(first_request_at + warmup_s, first_request_at + seconds)
 
 
-def is_robots_path(path: str) -> bool:
-    """Robots fetches (and the moved-robots redirect target) are not pages."""
-    return path.split("?", 1)[0] in ROBOTS_PATHS
+def is_preflight_path(path: str) -> bool:
+    """Robots and tdmrep.json fetches (and the moved-robots redirect target) are not pages."""
+    return path.split("?", 1)[0] in PREFLIGHT_PATHS
 
 
 def page_request_ends(log: Iterable[Mapping[str, Any]]) -> list[float]:
     """End times of the page requests in a server log (robots.txt and aborted requests excluded), sorted."""
     return sorted(r["ended_at"] for r in log
-                  if r.get("event") == "request" and not r.get("aborted") and not is_robots_path(r["path"]))
+                  if r.get("event") == "request" and not r.get("aborted") and not is_preflight_path(r["path"]))
 
 
 def first_request_at(log: Iterable[Mapping[str, Any]]) -> float | None:
@@ -300,7 +301,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         f"{g} {_ms(v)}" for g, v in (c.get("cpu_per_page_by_process") or {}).items()) or "n/a")
     row("politeness violations", lambda c: f"{c['violations_total']:,}" + (
         " (" + ", ".join(f"{k} {v:,}" for k, v in c["violations"].items()) + ")" if c["violations"] else ""))
-    row("robots.txt requests / all requests", lambda c: f"{c['robots_requests']:,} / {c['requests']:,}")
+    row("robots.txt and tdmrep.json requests / all requests", lambda c: f"{c['robots_requests']:,} / {c['requests']:,}")
     lines.append("")
     if OURS in crawlers and SCRAPY in crawlers and crawlers[SCRAPY]["pages_per_s"] > 0:
         ratio = crawlers[OURS]["pages_per_s"] / crawlers[SCRAPY]["pages_per_s"]
@@ -636,7 +637,7 @@ def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, m
     return {
         "pages_in_window": count_in(ends, window), "pages_per_s": sustained_rate(ends, window),
         "window_s": window.seconds, "requests": len(requests),
-        "robots_requests": sum(1 for r in requests if is_robots_path(r["path"])),
+        "robots_requests": sum(1 for r in requests if is_preflight_path(r["path"])),
         "cpu_per_page_s": crawler_cpu, "cpu_per_page_by_process": per_page,
         "violations": violation_counts(violations), "violations_total": len(violations),
         "violation_examples": [f"{v.kind.value} {v.host}{v.path}: {v.detail}" for v in violations[:5]],

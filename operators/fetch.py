@@ -1,9 +1,11 @@
 """The fetcher: a PyFlink AsyncFunction that turns each FetchRequest into one FetchResult.
 
 Pipeline position (ARCHITECTURE.md §1): frontier → **fetch** → parse / WARC (pages) or crawl.frontier
-(robots). Per request: resolve the host (operators/resolver.py: static pins, then DNS through the event
-loop, cached with a bounded TTL and negative caching) → SSRF guard on every address (`udfs.netguard`) → one GET (pages never
-follow redirects; robots.txt follows up to `robots_max_redirects`, each hop resolved and guarded again)
+(robots.txt and tdmrep.json, the per-host preflight files, fetched alike: decision 1930). Per request:
+resolve the host (operators/resolver.py: static pins, then DNS through the event loop, cached with a
+bounded TTL and negative caching) → SSRF guard on every address (`udfs.netguard`) → one GET (pages never
+follow redirects; robots.txt and tdmrep.json follow up to `robots_max_redirects`, each hop resolved
+and guarded again)
 → limits while reading. The connection is made to the guarded address itself: aiohttp asks our
 resolver, which answers only with addresses it has just checked, so DNS rebinding cannot swap them.
 
@@ -33,13 +35,14 @@ from pyflink.datastream.functions import AsyncFunction, RuntimeContext
 
 from operators.dedup import add_dedup
 from operators.modes import set_python_mode
-from operators.parse import ParseFunction, is_robots, robots_output
+from operators.parse import ParseFunction, is_robots, is_tdmrep, robots_output, tdmrep_outputs
 from operators.resolver import GuardedResolver, ResolveFailure, load_pins
 from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
 from udfs.dedup import DedupPolicy
 from udfs.fetch_stats import COUNTS, PHASES, STATUS_CLASSES, FetchTally
 from udfs.latency import Occupancy, micros
-from udfs.fetch_status import CappedDecoder, UnsupportedEncoding, fetch_result, header_value, redirect_target
+from udfs.fetch_status import (CappedDecoder, UnsupportedEncoding, fetch_result, header_value, redirect_target,
+                                retry_after_seconds)
 from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
 from udfs.links import ExtractPolicy
 from udfs.netguard import FetchPolicy
@@ -52,6 +55,9 @@ from udfs.warc import WarcPolicy
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
 ACCEPT_ENCODING = "gzip, deflate, br"
 _CHUNK = 64 * 1024
+# Per-host files fetched like robots.txt: redirects followed, no content-type filter (tdmrep.json is
+# application/json), robots.txt's small body cap, no conditional headers.
+_PREFLIGHT_KINDS = frozenset({"robots", "tdmrep"})
 
 
 @dataclasses.dataclass
@@ -69,6 +75,9 @@ class _Exchange:
     truncated: str | None = None
 
 
+_MAX_WAIT_NOTES = 10_000   # hosts whose Retry-After a fetcher remembers before pruning expired ones
+
+
 class Fetcher:
     """Fetches FetchRequests with aiohttp under a FetchPolicy; usable with or without Flink."""
 
@@ -79,6 +88,10 @@ class Fetcher:
         self._clock = clock
         self._tally = tally
         self._session: aiohttp.ClientSession | None = None
+        # Hosts that answered this fetcher with a Retry-After: host → when (clock) it passes. A robots.txt
+        # redirect to another host is a request to that host outside its own frontier's pacing; it must
+        # not go while the host asked us to wait (decision 1608).
+        self._wait_until: dict[str, float] = {}
 
     @property
     def resolver(self) -> GuardedResolver:
@@ -138,13 +151,19 @@ class Fetcher:
             return self._result(request, FetchStatus.ERROR, f"{type(exc).__name__}: {exc}", hops[-1], started)
 
     async def _fetch_hops(self, request: FetchRequest, hops_seen: list[_Exchange], started: float) -> FetchResult:
-        robots = request.get("kind") == "robots"
+        robots = request.get("kind") in _PREFLIGHT_KINDS
         max_hops = self._policy.robots_max_redirects if robots else 0
         url = request["url"]
         for hop in range(max_hops + 1):
             exchange = _Exchange(url=url)
             hops_seen.append(exchange)
+            waiting = self._asked_to_wait(url) if hop > 0 else None
+            if waiting is not None:
+                # Retryable like a network error: the frontier keeps the host's robots.txt unreachable
+                # and retries later with backoff (RFC 9309 §2.3.1.4), by when the target may be free.
+                return self._result(request, FetchStatus.CONN_ERROR, waiting, exchange, started)
             status, reason = await self._one_hop(request, exchange, robots)
+            self._remember_retry_after(url, exchange)
             target = redirect_target(url, exchange.http_status, exchange.headers) if robots else None
             if status is not FetchStatus.OK or target is None:
                 return self._result(request, status, reason, exchange, started)
@@ -153,6 +172,27 @@ class Fetcher:
                 return self._result(request, FetchStatus.OK, f"more than {max_hops} redirects", exchange, started)
             url = target
         raise AssertionError("unreachable: the loop returns on its last hop")
+
+    def _asked_to_wait(self, url: str) -> str | None:
+        """Why a redirect hop to `url` must not go now (its host's Retry-After has not passed), or None."""
+        host = URL(url).host or ""
+        until = self._wait_until.get(host)
+        now = self._clock()
+        if until is None or now >= until:
+            return None
+        return f"redirect target {host} asked to wait {until - now:.1f} s more (Retry-After)"
+
+    def _remember_retry_after(self, url: str, exchange: _Exchange) -> None:
+        """Note a 429/503 Retry-After from `url`'s host; expired notes are dropped as they pile up."""
+        if exchange.http_status not in (429, 503):
+            return
+        delay = retry_after_seconds(exchange.headers, self._clock())
+        if not delay:
+            return
+        now = self._clock()
+        if len(self._wait_until) >= _MAX_WAIT_NOTES:
+            self._wait_until = {h: t for h, t in self._wait_until.items() if t > now}
+        self._wait_until[URL(url).host or ""] = now + delay
 
     async def _one_hop(self, request: FetchRequest, exchange: _Exchange, robots: bool) -> tuple[FetchStatus, str]:
         policy = self._policy
@@ -407,7 +447,7 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
-    The graph of §1 from fetch to the two sinks: fetch → robots results (crawl.frontier), and
+    The graph of §1 from fetch to the two sinks: fetch → robots and tdmrep results (crawl.frontier), and
     fetch → parse → content dedup → WARC writer (pages.parsed + crawl.frontier). The async fetch
     operator needs the `process` execution mode to be in force when this is called (ARCHITECTURE.md
     §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
@@ -419,7 +459,9 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     # PyFlink fuses consecutive Python functions into one operator, which keeps only one of their uids
     # (a hash collision when the graph branches): hence flat_map rather than filter + map, and an
     # unchained writer.
-    robots = (fetched.flat_map(lambda r: [robots_output(r, policy.robots_max_bytes)] if is_robots(r) else [],
+    max_tdmrep = optout.max_tdmrep_bytes
+    robots = (fetched.flat_map(lambda r: [robots_output(r, policy.robots_max_bytes)] if is_robots(r)
+                               else tdmrep_outputs(r, max_tdmrep) if is_tdmrep(r) else [],
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
     pages = fetched.flat_map(ParseFunction(extract_policy, optout), output_type=FETCH_RESULT_TYPE).uid("parse").name("parse")
     set_mode = functools.partial(set_python_mode, requests.get_execution_environment())

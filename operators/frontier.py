@@ -36,7 +36,7 @@ from udfs.host_quality import DEFAULT_QUALITY_POLICY, QualityPolicy, priority_of
 from udfs.host_quality import observe as observe_quality
 from udfs.control_state import ControlTable, HostControls
 from udfs.netguard import FetchPolicy
-from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, ai_disallowed
+from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, TdmrepRules, ai_disallowed, parse_tdmrep, tdmrep_match
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.records import FetchRequest, unb64
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
@@ -56,6 +56,9 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "recrawl_changed", "not_modified",
     # issue #9: released pages whose robots.txt disallows a configured AI agent (FetchRequest.ai_disallowed)
     "ai_disallowed",
+    # decision 1930: tdmrep.json leases, files found, hosts without one (any non-2xx, expiry, or robots.txt
+    # disallowing it), and released pages whose file rule reserves TDM (FetchRequest.tdm_file = 1)
+    "tdmrep_leased", "tdmrep_found", "tdmrep_absent", "tdm_file_reserved",
 )
 # Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
@@ -139,6 +142,9 @@ class HostFrontier:
 
     `optout` names the AI agents whose robots.txt verdict a released page carries (`ai_disallowed`,
     issue #9): the frontier holds the parsed rules, so the parse step needs no robots.txt of its own.
+    With a `tdmrep_body` state and `optout.tdmrep_fetched`, each host's tdmrep.json is leased after
+    robots.txt (decision 1930), its body kept there, parsed once per host and expiry into a transient
+    cache like the robots rules, and a released page carries its file rule's value (`tdm_file`).
     """
 
     def __init__(self, host_row: ValueLike, robots_body: ValueLike, slots: MapLike, urls: MapLike,
@@ -151,7 +157,7 @@ class HostFrontier:
                  seen: SeenFilter | None = None, epoch: int = 1, due: MapLike | None = None,
                  recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, gauges: FrontierGauges | None = None,
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
-                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> None:
+                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, tdmrep_body: ValueLike | None = None) -> None:
         if recrawl.tiers > fl.RECRAWL_TIERS:
             raise ValueError(f"recrawl.tiers must be at most {fl.RECRAWL_TIERS} (the frontier's recrawl queues), "
                              f"got {recrawl.tiers}")
@@ -163,6 +169,9 @@ class HostFrontier:
         # 5 agents cost about 15 us per released page (RobotsRules caches each agent's group), against
         # ~15 ms of frontier time per page in the crawl benchmark: no per-host cache of verdicts
         self._ai_agents = optout.ai_agents if optout.use_robots else ()
+        self.tdmrep_body, self.optout = tdmrep_body, optout
+        self._tdmrep = tdmrep_body is not None and optout.tdmrep_fetched
+        self._tdm_rules: OrderedDict[str, tuple[float, TdmrepRules]] = OrderedDict()
         self._due_timers: list[int] = []
         self._bucket_ms = int(round(policy.due_bucket_s * 1000))
         self.controls = controls if controls is not None else ControlTable()
@@ -191,6 +200,8 @@ class HostFrontier:
                     state.quality, event.get("duplicate") is True, event.get("near_duplicate") is True, self.quality))
         elif kind == "robots":
             state = self._robots_result(host, state, event, now, controls)
+        elif kind == "tdmrep":
+            state = self._tdmrep_result(host, state, event, now, controls)
         else:
             self.count("events_malformed")
         return self._release(host, state, now, controls, before)
@@ -207,6 +218,8 @@ class HostFrontier:
         if outcome.matched:
             self.count("leases_expired")
             state = self._apply(state, outcome)
+            if outcome.store_tdmrep is not None:
+                self._store_tdmrep(host, outcome.store_tdmrep)
         return self._release(host, state, now, controls, before)
 
     def _recrawl_args(self, state: fl.HostState) -> tuple[fl.UrlRecord | None, RecrawlPolicy | None]:
@@ -347,6 +360,35 @@ class HostFrontier:
                 self._remember(host, state.robots_expires_at, rules)
         return state
 
+    def _tdmrep_result(self, host: str, state: fl.HostState, event: dict[str, Any], now: float,
+                       controls: HostControls) -> fl.HostState:
+        state, outcome = fl.on_tdmrep(state, event, now, self._politeness_for(controls), self.robots_policy)
+        if not outcome.matched:
+            self.count("completions_stale")
+            return state
+        if outcome.store_tdmrep is not None:
+            self._store_tdmrep(host, outcome.store_tdmrep)
+        return state
+
+    def _store_tdmrep(self, host: str, body: str) -> None:
+        """Keep a host's tdmrep.json body ("" = no file) and drop its stale parse."""
+        if self.tdmrep_body is not None:
+            self.tdmrep_body.update(body)
+        self._tdm_rules.pop(host, None)
+        self.count("tdmrep_found" if body else "tdmrep_absent")
+
+    def _tdm_rules_for(self, host: str, state: fl.HostState) -> TdmrepRules:
+        """The parsed tdmrep.json rules of a host with a file, from the cache or the stored body."""
+        cached = self._tdm_rules.get(host)
+        if cached is not None and cached[0] == state.tdmrep_expires_at:
+            self._tdm_rules.move_to_end(host)
+            return cached[1]
+        rules = parse_tdmrep(_body(self.tdmrep_body.value()), self.optout) if self.tdmrep_body is not None else ()
+        self._tdm_rules[host] = (state.tdmrep_expires_at, rules)
+        while len(self._tdm_rules) > self._rules_cache_size:
+            self._tdm_rules.popitem(last=False)
+        return rules
+
     def _apply(self, state: fl.HostState, outcome: fl.Outcome) -> fl.HostState:
         if not outcome.matched:
             self.count("completions_stale")
@@ -375,12 +417,21 @@ class HostFrontier:
         requests: list[FetchRequest] = []
         pops = 0
         while not controls.halted:
-            step = fl.plan(state, now).step
+            step = fl.plan(state, now, self._tdmrep).step
             if step is fl.Step.FETCH_ROBOTS:
                 state, request = fl.lease_robots(state, host, url_fp(fl.robots_url(host, state)), now, self.policy,
                                                  self.run)
                 self.count("robots_leased")
                 requests.append(request)
+            elif step is fl.Step.FETCH_TDMREP:
+                state, tdmrep = fl.lease_tdmrep(state, host, url_fp(fl.tdmrep_url(host, state)),
+                                                self._rules_for(host, state), now, self.policy, self.robots_policy,
+                                                self.run)
+                if tdmrep is None:   # robots.txt keeps us off the file: no file until the TTL
+                    self._store_tdmrep(host, "")
+                    continue
+                self.count("tdmrep_leased")
+                requests.append(tdmrep)
             elif step is fl.Step.POP and pops < self.policy.max_pops_per_call:
                 pops += 1
                 state, slot = fl.pop(state) if self.due is None else fl.pop_lane(state, self.recrawl)
@@ -404,13 +455,19 @@ class HostFrontier:
                     if blocked:
                         request["ai_disallowed"] = list(blocked)
                         self.count("ai_disallowed")
+                if self._tdmrep and state.tdmrep_found:
+                    value = tdmrep_match(self._tdm_rules_for(host, state), item.url)
+                    if value is not None:
+                        request["tdm_file"] = value
+                        if value == 1:
+                            self.count("tdm_file_reserved")
                 self.count("released")
                 if item.recrawl:
                     self.count("recrawl_released")
                 requests.append(request)
             else:
                 break
-        wake = fl.wake_ms(state, now)
+        wake = fl.wake_ms(state, now, self._tdmrep)
         if controls.halted and state.lease is None and state.queued:
             wake = fl.timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
         if wake and self.due is not None and wake % self._bucket_ms == 0:
@@ -505,10 +562,12 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, fetch_policy: FetchPolicy | None = None,
                  bloom: BloomPolicy = DEFAULT_BLOOM_POLICY, recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY,
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
-                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> None:
+                 optout: OptOutPolicy | None = None) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self.quality = quality
-        self.optout = optout
+        # The job passes its `[optout]` section; a frontier built without one (test harnesses that
+        # script every fetch) keeps the two-kind protocol: no tdmrep.json leases (decision 1930).
+        self.optout = optout if optout is not None else dataclasses.replace(DEFAULT_OPTOUT_POLICY, fetch_tdmrep=False)
         self.recrawl = recrawl
         self.bloom = bloom
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
@@ -524,6 +583,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         # The robots body is kept as the base64 text it arrived in: byte-array state comes back as a
         # tuple of ints in thread mode, and the text costs nothing to store as received.
         robots_body = runtime_context.get_state(ValueStateDescriptor("frontier_robots_body", Types.STRING()))
+        tdmrep_body = runtime_context.get_state(ValueStateDescriptor("frontier_tdmrep_body", Types.STRING()))
         slots = runtime_context.get_map_state(MapStateDescriptor("frontier_queue", Types.LONG(), Types.STRING()))
         urls = runtime_context.get_map_state(MapStateDescriptor("frontier_urls", Types.LONG(), Types.STRING()))
         due = runtime_context.get_map_state(MapStateDescriptor("frontier_due", Types.LONG(), Types.STRING()))
@@ -546,7 +606,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                                      self.policy, self.politeness, self.robots_policy, traps=self.traps,
                                      controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1,
                                      due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality,
-                                     optout=self.optout)
+                                     optout=self.optout, tdmrep_body=tdmrep_body)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         self._load_controls(ctx)

@@ -1,9 +1,10 @@
 """The parse step: a page FetchResult becomes a bundle of the result plus what the page says.
 
 Pipeline position (ARCHITECTURE.md §1): fetch → **parse** → WARC writer. Robots results never come
-here: `robots_event` turns them into `RobotsResult` events for crawl.frontier. Every decision is in
+here: `robots_event` turns them into `RobotsResult` events for crawl.frontier, and `tdmrep_outputs` turns
+tdmrep.json results into `TdmrepResult` events (decision 1930). Every decision is in
 `udfs` (`links.extract`, `simhash.simhash`, `fetch_status.is_complete_page`, `optout.decide` from the
-headers, the page's meta tags and the frontier's robots.txt verdict for AI agents); this map only counts.
+headers, the page's meta tags and the frontier's robots.txt and tdmrep.json verdicts); this map only counts.
 """
 from __future__ import annotations
 
@@ -17,11 +18,11 @@ from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
 from udfs.dedup import DedupVerdict
 from udfs.fetch_status import is_complete_page
-from udfs.ip_gate import gate_key
+from udfs.ip_gate import gate_key, ip_done_event
 from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
-from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, FetchResult, RobotsResult, b64, encode
+from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, FetchResult, RobotsResult, TdmrepResult, b64, encode
 from udfs.simhash import simhash
 
 
@@ -67,7 +68,8 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
     url = result.get("url") or result["request"]["url"]
     found = extract(url, result["headers"], result["body"], policy, meta_names=meta_names(optout))
     verdict = decide(url, headers=result["headers"], meta=found.meta,
-                     robots_disallowed=result["request"].get("ai_disallowed") or (), policy=optout)
+                     robots_disallowed=result["request"].get("ai_disallowed") or (),
+                     tdmrep_file_value=result["request"].get("tdm_file"), policy=optout)
     bundle["simhash"] = simhash(found.text)
     bundle["page"] = PageFacts(
         title=found.title, lang=found.lang, text=found.text,
@@ -101,8 +103,33 @@ def is_robots(result: FetchResult) -> bool:
     return result["request"].get("kind") == "robots"
 
 
+def is_tdmrep(result: FetchResult) -> bool:
+    """Whether `result` answers a tdmrep.json lease (routed to crawl.frontier, not to parse: decision 1930)."""
+    return result["request"].get("kind") == "tdmrep"
+
+
+def tdmrep_event(result: FetchResult, max_bytes: int) -> TdmrepResult:
+    """The `TdmrepResult` crawl.frontier event of a tdmrep.json fetch (decision 1930), body capped at
+    `max_bytes` (OptOutPolicy.max_tdmrep_bytes)."""
+    request = result["request"]
+    return TdmrepResult(
+        v=SCHEMA_VERSION, type="tdmrep", host=request["host"], lease_id=request["lease_id"],
+        fetch_status=result["fetch_status"], http_status=result["http_status"],
+        fetched_at=result["done_at"], fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3),
+        body_b64=b64(result["body"][:max_bytes]), ip=result.get("ip"),
+    )
+
+
+def tdmrep_outputs(result: FetchResult, max_bytes: int) -> list[tuple[str, str, bytes]]:
+    """A tdmrep.json result as crawl.frontier records: its `TdmrepResult` (key = host) and the `IpDone`
+    that frees its IP gate slot (key = gate key), as the WARC writer sends for a page."""
+    event = tdmrep_event(result, max_bytes)
+    done = ip_done_event(dict(result["request"]), SCHEMA_VERSION, result["fetch_status"])
+    return [(TOPIC_FRONTIER, event["host"], encode(dict(event))), (TOPIC_FRONTIER, done["gate_key"], encode(done))]
+
+
 class ParseFunction(FlatMapFunction):
-    """Page FetchResult → ParsedBundle (robots results are skipped: they go to crawl.frontier).
+    """Page FetchResult → ParsedBundle (robots and tdmrep results are skipped: they go to crawl.frontier).
 
     Counts pages parsed, results not parsed, parser errors, links found and pages whose site reserves
     TDM (`optout_reserved`); gauges the p50/p95 of the time `parse_result` took over the recent pages
@@ -127,7 +154,7 @@ class ParseFunction(FlatMapFunction):
         return micros(self._latency.percentiles(quantile)[0])
 
     def flat_map(self, value: FetchResult) -> Iterator[ParsedBundle]:
-        if is_robots(value):
+        if is_robots(value) or is_tdmrep(value):
             return
         parsing = time.perf_counter()
         bundle = parse_result(value, self._policy, self._optout)

@@ -1,6 +1,6 @@
 """The frontier's decisions for one host, as pure functions over plain state values.
 
-The keyed operator (`operators/frontier.py`) owns four state handles per host (decision 0800) and
+The keyed operator (`operators/frontier.py`) owns these state handles per host (decision 0800) and
 delegates every decision here:
 - the host row (`HostState`, JSON text with a schema version): robots state, politeness clock,
   backoff, the one lease in flight, and the heads/tails of ten FIFO queues (one per priority);
@@ -8,12 +8,17 @@ delegates every decision here:
   push and pop are one state write each and no queue is ever read whole;
 - the URL table (MapState signed url_fp → `UrlRecord` row): a url_fp is admitted only when it has
   no row, or its last fetch is older than one crawl cycle (ARCHITECTURE.md §2 invariant 3);
-- the robots.txt body as received (base64 text), parsed lazily by the operator.
+- the robots.txt body as received (base64 text), parsed lazily by the operator;
+- the `/.well-known/tdmrep.json` body as received (base64 text; "" = no file), likewise (decision 1930).
 
 Robots first (§2 invariant 2): until the host's robots.txt is known and fresh, the only thing ever
 leased is robots.txt itself; while it is unreachable (5xx, 429, timeouts, network errors) nothing is
 leased but a robots retry with exponential backoff; 4xx means allow all (RFC 9309 §2.3.1.3; the
 status table is udfs.robots.robots_verdict_for_status).
+TDMRep file second (issue #9, decision 1930): when the caller turns it on, a host whose robots.txt is
+fresh but whose tdmrep.json is unknown or expired leases that file next, through the same politeness;
+any answer but a 2xx (and a lease expiry, or robots.txt disallowing the file) means "no file" until
+the robots.txt TTL, so a missing file, the normal case, costs one request per host and TTL.
 One lease per host (§2 invariant 1): `plan` never leases while one is in flight; a lease ends with
 its matching completion or at its deadline (the URL then goes back to its queue, up to a park limit).
 Traps and redirects (decision 0804): every discovered URL is screened by the trap rules
@@ -70,8 +75,9 @@ def replace(obj: Any, **changes: Any) -> Any:
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
 
-STATE_VERSION = 3               # 3: recrawl lane, host signals, draw counter (decision 1110); 2: traps (0804)
-_READABLE_VERSIONS = (1, 2, STATE_VERSION)
+STATE_VERSION = 4               # 4: tdmrep.json status (decision 1930); 3: recrawl lane, host signals, draw
+_READABLE_VERSIONS = (1, 2, 3, STATE_VERSION)   # counter (decision 1110); 2: traps (0804)
+TDMREP_PATH = "/.well-known/tdmrep.json"   # TDMRep, "TDM File on the Origin Server"
 PRIORITIES = 10                 # UrlEntry.priority 0 (highest) .. 9
 RECRAWL_TIERS = 10              # recrawl front queues live at queue index PRIORITIES + tier (decision 1111)
 LANES = PRIORITIES + RECRAWL_TIERS
@@ -298,7 +304,7 @@ class Lease:
     """The one request in flight for a host."""
 
     lease_id: str
-    kind: str                  # "page" or "robots"
+    kind: str                  # "page", "robots" or "tdmrep"
     deadline: float
     item: QueueItem
 
@@ -334,6 +340,8 @@ class HostState:
     draws: int = 0             # lane and tier choices made so far: the seed of the next one (decision 1111)
     oldest_due: float = 0.0    # the earliest due time waiting in the recrawl lane since it was last empty (0 = none)
     gauge_epoch: int = 0       # the frontier run whose gauges count this host (0 = none)
+    tdmrep_expires_at: float = 0.0  # until when the tdmrep.json verdict holds (0 = never fetched; decision 1930)
+    tdmrep_found: bool = False      # whether that verdict is a file (its body is in the tdmrep ValueState)
 
     @property
     def queued(self) -> int:
@@ -364,13 +372,15 @@ class HostState:
             "growth": [self.growth_since, self.growth_urls], "ip": self.ip, "bloom_epoch": self.bloom_epoch,
             "recrawl": self.signals.to_row(), "draws": self.draws, "oldest_due": self.oldest_due,
             "gauge_epoch": self.gauge_epoch, "quality": self.quality.to_row(),
+            "tdmrep": [self.tdmrep_expires_at, self.tdmrep_found],
         }, separators=(",", ":"))
 
     @staticmethod
     def from_row(row: str | None) -> HostState:
         """The host row from state (None: a host never seen). Raises ValueError on a foreign schema version;
         a version 1 row (before traps and growth) reads with an empty summary and a fresh window; rows
-        before version 3 read with ten queues (no recrawl lane yet) and no recrawl statistics."""
+        before version 3 read with ten queues (no recrawl lane yet) and no recrawl statistics; rows
+        before version 4 with an unknown tdmrep.json (fetched at the next release when turned on)."""
         if row is None:
             return HostState()
         data = json.loads(row)
@@ -378,6 +388,7 @@ class HostState:
             raise ValueError(f"host state schema version {data.get('v')!r}; this release reads "
                              f"{', '.join(map(str, _READABLE_VERSIONS))}")
         lease = data["lease"]
+        tdmrep_expires_at, tdmrep_found = data.get("tdmrep", (0.0, False))
         growth_since, growth_urls = data.get("growth", (0.0, 0))
         return HostState(
             scheme=data["scheme"], robots=Robots(data["robots"]), robots_expires_at=data["robots_expires_at"],
@@ -395,6 +406,7 @@ class HostState:
             signals=HostSignals.from_row(data["recrawl"]) if "recrawl" in data else NO_HOST,
             draws=data.get("draws", 0), oldest_due=data.get("oldest_due", 0.0), gauge_epoch=data.get("gauge_epoch", 0),
             quality=HostQuality.from_row(data.get("quality")),
+            tdmrep_expires_at=tdmrep_expires_at, tdmrep_found=tdmrep_found,
         )
 
 
@@ -411,6 +423,11 @@ def slot_key(priority: int, seq: int) -> int:
 def robots_url(host: str, state: HostState) -> str:
     """The host's robots.txt URL (RFC 9309 §2.3), over the scheme its first URL arrived with."""
     return f"{state.scheme}://{host}/robots.txt"
+
+
+def tdmrep_url(host: str, state: HostState) -> str:
+    """The host's TDMRep file URL (TDMRep, "TDM File on the Origin Server"), over the robots.txt scheme."""
+    return f"{state.scheme}://{host}{TDMREP_PATH}"
 
 
 def due_entries(row: str | None) -> list[list[Any]]:
@@ -644,6 +661,7 @@ def push_recrawl(state: HostState, item: QueueItem, due: float) -> tuple[HostSta
 
 class Step(str, enum.Enum):
     FETCH_ROBOTS = "fetch_robots"   # lease robots.txt now
+    FETCH_TDMREP = "fetch_tdmrep"   # lease /.well-known/tdmrep.json now (decision 1930)
     POP = "pop"                     # pop a URL and try to lease it
     WAIT = "wait"                   # nothing to do before `Plan.at`
     IDLE = "idle"                   # nothing queued: no timer needed
@@ -660,9 +678,15 @@ def robots_fresh(state: HostState, now: float) -> bool:
     return state.robots in (Robots.PARSED, Robots.ALLOW_ALL) and now < state.robots_expires_at
 
 
-def plan(state: HostState, now: float) -> Plan:
+def tdmrep_fresh(state: HostState, now: float) -> bool:
+    """Whether the host's tdmrep.json verdict (a file or none) holds at `now` (decision 1930)."""
+    return now < state.tdmrep_expires_at
+
+
+def plan(state: HostState, now: float, tdmrep: bool = False) -> Plan:
     """What the host may do at `now` (§2 invariants 1-2): one lease at a time, robots.txt first,
-    nothing before next_allowed_at, nothing but a robots retry while robots.txt is unreachable."""
+    nothing before next_allowed_at, nothing but a robots retry while robots.txt is unreachable;
+    with `tdmrep` on, tdmrep.json second, before any page (decision 1930)."""
     if state.lease is not None:
         return Plan(Step.WAIT, state.lease.deadline)
     if state.queued == 0:
@@ -674,6 +698,8 @@ def plan(state: HostState, now: float) -> Plan:
         return Plan(Step.WAIT, not_before)
     if not robots_fresh(state, now):
         return Plan(Step.FETCH_ROBOTS)
+    if tdmrep and not tdmrep_fresh(state, now):
+        return Plan(Step.FETCH_TDMREP)
     return Plan(Step.POP)
 
 
@@ -702,6 +728,54 @@ def lease_robots(state: HostState, host: str, fp: int, now: float,
     """Lease the host's robots.txt (`fp` = url_fp of robots_url); only when plan() says FETCH_ROBOTS."""
     item = QueueItem(robots_url(host, state), fp, 0, 0, state.robots_failures)
     return _lease(state, "robots", item, host, now, policy, run)
+
+
+def lease_tdmrep(state: HostState, host: str, fp: int, rules: RulesLike | None, now: float,
+                 policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
+                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
+                 run: str = "") -> tuple[HostState, FetchRequest | None]:
+    """Lease the host's tdmrep.json (`fp` = url_fp of tdmrep_url); only when plan() says FETCH_TDMREP.
+
+    When robots.txt is PARSED and does not allow our agent the file (or `rules` is missing), nothing
+    is fetched: the host has no file until the robots.txt TTL (returns None; the caller clears the
+    stored body). Decision 1930.
+    """
+    url = tdmrep_url(host, state)
+    if state.robots is Robots.PARSED and (rules is None or not _allowed(rules, url, policy)):
+        return _no_tdmrep(state, now, robots_policy), None
+    return _lease(state, "tdmrep", QueueItem(url, fp, 0, 0), host, now, policy, run)
+
+
+def _no_tdmrep(state: HostState, now: float, robots_policy: RobotsPolicy) -> HostState:
+    return replace(state, tdmrep_expires_at=now + robots_policy.cache_ttl_s, tdmrep_found=False)
+
+
+def on_tdmrep(state: HostState, event: dict[str, Any], now: float,
+              politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
+              robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY) -> tuple[HostState, Outcome]:
+    """End the tdmrep lease a `TdmrepResult` names (decision 1930); never raises on a bad event.
+
+    A complete 2xx stores the body (base64, as received): the host has a file until robots.txt's
+    cache TTL (`RobotsPolicy.cache_ttl_s`). Anything else (3xx, 4xx, 5xx, timeouts, network errors,
+    a body over the fetcher's cap) is "no file" for the same TTL: the file is optional, and a host
+    without one must not be asked again and again. The host's clock restarts as after a page.
+    """
+    lease = state.lease
+    if lease is None or lease.kind != "tdmrep" or event.get("lease_id") != lease.lease_id:
+        return state, Outcome(False)
+    fetch_status, http_status = event.get("fetch_status"), event.get("http_status")
+    status = http_status if isinstance(http_status, int) and not isinstance(http_status, bool) else None
+    error = fetch_status if isinstance(fetch_status, str) else FetchStatus.ERROR.value
+    retry_after = _number(event.get("retry_after"))
+    health = classify_health(error, status, retry_after)
+    fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
+    state = _paced(replace(state, lease=None, ip=learned_ip(state, event)), health, fetch_s, retry_after, now,
+                   politeness)
+    body = event.get("body_b64")
+    if error == FetchStatus.OK.value and status is not None and 200 <= status < 300 and isinstance(body, str):
+        state = replace(state, tdmrep_expires_at=now + robots_policy.cache_ttl_s, tdmrep_found=True)
+        return state, Outcome(True, store_tdmrep=body)
+    return _no_tdmrep(state, now, robots_policy), Outcome(True, store_tdmrep="")
 
 
 def lease_page(state: HostState, item: QueueItem, rules: RulesLike | None, host: str, now: float,
@@ -734,6 +808,7 @@ class Outcome:
     store_robots: str | None = None  # robots body (base64) to store; "" clears it; None keeps it
     robots_ok: bool = False          # robots.txt now known (2xx or 4xx)
     robots_failed: bool = False      # robots.txt unreachable (5xx, 429, timeout, network, expiry)
+    store_tdmrep: str | None = None  # tdmrep.json body (base64) to store; "" clears it (no file); None keeps it
     change: Change | None = None     # what a refetch saw (None: a first fetch, or one that says nothing)
     recrawl: bool = False            # the lease was a recrawl-lane URL
     url: str | None = None           # the leased URL (to put it in a due bucket when `record.due` is set)
@@ -956,7 +1031,8 @@ def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_
     """At a timer: a lease past its deadline ends with no completion (at-least-once, §1).
 
     A page goes back to its queue with attempt + 1 (parked at max_attempts); a robots lease counts as
-    an unreachable robots.txt. Both raise the host's backoff like a timeout.
+    an unreachable robots.txt; a tdmrep lease as no file until the robots.txt TTL (decision 1930).
+    All raise the host's backoff like a timeout.
     """
     lease = state.lease
     if lease is None or now < lease.deadline:
@@ -964,6 +1040,8 @@ def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_
     state = _paced(replace(state, lease=None), Health.TIMEOUT, 0.0, None, now, politeness)
     if lease.kind == "robots":
         return _robots_failed(state, now, None, policy, robots_policy), Outcome(True, robots_failed=True)
+    if lease.kind == "tdmrep":
+        return _no_tdmrep(state, now, robots_policy), Outcome(True, store_tdmrep="")
     return _retry_or_park(state, lease.item, now, policy)
 
 
@@ -972,10 +1050,10 @@ def timer_ms(at: float) -> int:
     return int(math.ceil(at * 1000.0))
 
 
-def wake_ms(state: HostState, now: float) -> int:
+def wake_ms(state: HostState, now: float, tdmrep: bool = False) -> int:
     """The one timer the host needs after this call (0 = none): the lease deadline, or when
-    plan() would next change its answer."""
-    step = plan(state, now)
+    plan() (with the same `tdmrep` switch) would next change its answer."""
+    step = plan(state, now, tdmrep)
     if step.step is Step.IDLE:
         return 0
     if step.step is Step.WAIT:

@@ -3,7 +3,8 @@
 Pure: every input is a plain value the crawl already has (issue #9, "opt-out filter"): response
 headers, the page's `<meta name=... content=...>` pairs, the host's robots.txt body (or the AI agents
 the frontier found it disallows for the URL: `ai_disallowed`) and its `/.well-known/tdmrep.json` body
-(which the job does not fetch: decision 1930). Nothing here fetches, and nothing raises on hostile input.
+(or the value of its rule for the URL, which the frontier puts on the fetch request: decision 1930).
+Nothing here fetches, and nothing raises on hostile input.
 
 Signals, each giving a reason string (decision 1202):
 - robots.txt: a configured AI user agent (GPTBot, CCBot, ...) may not fetch the page under RFC 9309
@@ -46,6 +47,8 @@ class OptOutPolicy:
     directives: X-Robots-Tag / meta robots values that reserve the page ("noai", "noimageai"; the
         second speaks of images, and is honoured for the whole page: decision 1202).
     use_robots / use_directives / use_tdmrep: switch a family of signals off (all True).
+    fetch_tdmrep: the crawl job fetches each host's `/.well-known/tdmrep.json` once per robots.txt TTL
+        (True; decision 1930); it never does when `use_tdmrep` is false (`tdmrep_fetched`).
     max_tdmrep_bytes: bytes of a tdmrep.json parsed (64 KiB; a longer file is cut, and the cut
         JSON does not parse, so the file is ignored and its host counted as not declaring).
     max_tdmrep_rules: rules of a tdmrep.json read, first ones first (1,000).
@@ -56,6 +59,7 @@ class OptOutPolicy:
     use_robots: bool = True
     use_directives: bool = True
     use_tdmrep: bool = True
+    fetch_tdmrep: bool = True
     max_tdmrep_bytes: int = 64 * _KIB
     max_tdmrep_rules: int = 1000
 
@@ -66,13 +70,19 @@ class OptOutPolicy:
         if not isinstance(self.directives, tuple) or not all(
                 isinstance(d, str) and _TOKEN.fullmatch(d) for d in self.directives):
             raise ValueError(f"directives must be a tuple of directive names ([A-Za-z0-9_-]+), got {self.directives!r}")
-        for name in ("use_robots", "use_directives", "use_tdmrep"):
+        for name in ("use_robots", "use_directives", "use_tdmrep", "fetch_tdmrep"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if not isinstance(self.max_tdmrep_bytes, int) or self.max_tdmrep_bytes < 1024:
             raise ValueError(f"max_tdmrep_bytes must be an integer of at least 1024, got {self.max_tdmrep_bytes!r}")
         if not isinstance(self.max_tdmrep_rules, int) or self.max_tdmrep_rules < 1:
             raise ValueError(f"max_tdmrep_rules must be a positive integer, got {self.max_tdmrep_rules!r}")
+
+
+    @property
+    def tdmrep_fetched(self) -> bool:
+        """Whether the crawl job fetches tdmrep.json: `fetch_tdmrep` and `use_tdmrep` (decision 1930)."""
+        return self.fetch_tdmrep and self.use_tdmrep
 
 
 DEFAULT_OPTOUT_POLICY: Final = OptOutPolicy()
@@ -129,7 +139,7 @@ def ai_disallowed(rules: AgentRules, url: str, agents: Iterable[str]) -> tuple[s
 
 def decide(url: str, *, headers: Headers = (), meta: Headers | None = None,
            robots_body: bytes | None = None, tdmrep_body: bytes | None = None,
-           robots_disallowed: Iterable[str] = (),
+           robots_disallowed: Iterable[str] = (), tdmrep_file_value: int | None = None,
            policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> OptOut:
     """Whether the site of `url` reserves TDM for it, with every reason (issue #9; TDMRep; RFC 9309).
 
@@ -138,7 +148,10 @@ def decide(url: str, *, headers: Headers = (), meta: Headers | None = None,
     `tdmrep_body` are the host's files (None: not known or not there). `robots_disallowed` names the
     AI agents robots.txt disallows for `url` when the caller already judged it (the crawl job's
     frontier, which holds the parsed rules: `ai_disallowed`); it gives the same reasons as
-    `robots_body` would, and both may be given. Never raises: unreadable inputs count as no signal.
+    `robots_body` would, and both may be given. `tdmrep_file_value` is the `tdm-reservation` (0 or 1)
+    of the host's tdmrep.json rule matching `url` when the caller already judged it (the frontier:
+    `FetchRequest.tdm_file`); it stands in for `tdmrep_body` at the same priority (file, then header,
+    then meta), and wins over it when both are given. Never raises: unreadable inputs count as no signal.
     """
     pairs = _pairs(headers)
     meta_pairs = _pairs(meta or {})
@@ -151,7 +164,7 @@ def decide(url: str, *, headers: Headers = (), meta: Headers | None = None,
     if policy.use_directives:
         reasons += directive_reasons(pairs, meta_pairs, policy)
     if policy.use_tdmrep:
-        reasons += tdmrep_reasons(url, pairs, meta_pairs, tdmrep_body, policy)
+        reasons += tdmrep_reasons(url, pairs, meta_pairs, tdmrep_body, policy, tdmrep_file_value)
     return OptOut(bool(reasons), tuple(reasons))
 
 
@@ -212,9 +225,10 @@ def _directives(value: str, wanted: set[str], agents: set[str], *, agent_prefixe
 
 
 def tdmrep_reasons(url: str, headers: list[tuple[str, str]], meta: list[tuple[str, str]],
-                   tdmrep_body: bytes | None, policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> list[str]:
+                   tdmrep_body: bytes | None, policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
+                   file_value: object = None) -> list[str]:
     """The TDMRep verdict: file rule, then header, then HTML meta, each superseding the one before it
-    (TDMRep, "Processing priority").
+    (TDMRep, "Processing priority"). `file_value` is the file rule's value already matched (0/1; else unset).
 
     Returns `[reason]` when the final `tdm-reservation` is 1, else []. Never raises.
     """
@@ -223,6 +237,8 @@ def tdmrep_reasons(url: str, headers: list[tuple[str, str]], meta: list[tuple[st
         rule = tdmrep_rule(url, tdmrep_body, policy)
         if rule is not None:
             value, source = rule, "tdmrep.json"
+    if _reservation(file_value) is not None:
+        value, source = _reservation(file_value), "tdmrep.json"
     header = _reservation(next((v for k, v in reversed(headers) if k.lower() == "tdm-reservation"), None))
     if header is not None:
         value, source = header, "tdmrep header"
@@ -232,28 +248,51 @@ def tdmrep_reasons(url: str, headers: list[tuple[str, str]], meta: list[tuple[st
     return [f"{source}: tdm-reservation=1"] if value == 1 else []
 
 
-def tdmrep_rule(url: str, body: bytes, policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> int | None:
-    """`tdm-reservation` (0 or 1) of the first `/.well-known/tdmrep.json` rule matching `url`, else None.
+TdmrepRules = tuple[tuple[str, int], ...]   # (location pattern, tdm-reservation) in file order
 
-    TDMRep, "TDM File on the Origin Server": the file is a JSON array of {location, tdm-reservation,
-    tdm-policy?}; the first rule in sequence whose `location` matches wins; patterns use robots.txt's
-    `*` and final `$`; matching is case-sensitive; escaped unreserved characters are decoded on both
-    sides. Rules without a string location or with a value other than 0/1 are skipped (protocol
-    errors mean "unset").
-    Never raises.
+
+def tdmrep_rule(url: str, body: bytes, policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> int | None:
+    """`tdm-reservation` (0 or 1) of the first `/.well-known/tdmrep.json` rule matching `url`, else None
+    (TDMRep, "TDM File on the Origin Server": `parse_tdmrep`, then `tdmrep_match`). Never raises."""
+    return tdmrep_match(parse_tdmrep(body, policy), url)
+
+
+def parse_tdmrep(body: bytes, policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> TdmrepRules:
+    """The usable rules of a `/.well-known/tdmrep.json` body (TDMRep, "TDM File on the Origin Server").
+
+    The file is a JSON array of {location, tdm-reservation, tdm-policy?}; its first `max_tdmrep_bytes`
+    bytes and `max_tdmrep_rules` rules are read. Rules without a string location or with a value
+    other than 0/1 are skipped (protocol errors mean "unset"); a body that is not such an array has
+    no rules. Parse once, match many URLs (the frontier caches this per host). Never raises.
     """
     try:
         rules = json.loads(bytes(body[:policy.max_tdmrep_bytes]).decode("utf-8-sig"))
     except (ValueError, TypeError, RecursionError):   # bad JSON or UTF-8, not bytes, nesting bombs
-        return None
+        return ()
     if not isinstance(rules, list):
-        return None
-    path = _unescape_unreserved(url_match_path(url))
+        return ()
+    usable: list[tuple[str, int]] = []
     for rule in rules[:policy.max_tdmrep_rules]:
         if not isinstance(rule, dict) or not isinstance(rule.get("location"), str):
             continue
         value = _reservation(rule.get("tdm-reservation"))
-        if value is not None and location_matches(rule["location"], path):
+        if value is not None:
+            usable.append((rule["location"], value))
+    return tuple(usable)
+
+
+def tdmrep_match(rules: TdmrepRules, url: str) -> int | None:
+    """`tdm-reservation` of the first of `rules` whose location matches `url`'s path, else None (TDMRep:
+    the first rule in sequence wins; robots.txt `*` and `$`; case-sensitive; escaped unreserved
+    characters decoded on both sides). Never raises."""
+    if not rules:
+        return None
+    try:
+        path = _unescape_unreserved(url_match_path(url))
+    except Exception:  # noqa: BLE001 - an unparsable URL matches no rule
+        return None
+    for location, value in rules:
+        if location_matches(location, path):
             return value
     return None
 

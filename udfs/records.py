@@ -5,7 +5,7 @@ version `v`, so a new release can read what an old one wrote (ARCHITECTURE.md §
 below document the fields; `encode`/`decode` are the one place that turns them into topic bytes.
 
 Topics
-- `crawl.frontier` (key = host_key): `DiscoveredBatch`, `Completion`, `RobotsResult` events; and
+- `crawl.frontier` (key = host_key): `DiscoveredBatch`, `Completion`, `RobotsResult`, `TdmrepResult` events; and
   `IpDone` (key = the IP gate key), which the job routes to the IP gate instead of the frontier.
 - `pages.parsed`   (key = url_fp as decimal text): `ParsedPage`.
 Between operators: `FetchRequest` (frontier → fetcher), `FetchResult` (fetcher → parse / WARC).
@@ -107,6 +107,23 @@ class RobotsResult(TypedDict):
     gate_key: NotRequired[str]  # the IP gate key of the request; the job frees that gate slot from it
 
 
+class TdmrepResult(TypedDict):
+    """The outcome of a `/.well-known/tdmrep.json` fetch (TDMRep; decision 1930), like `RobotsResult`:
+    the body (capped at OptOutPolicy.max_tdmrep_bytes) travels so the frontier can keep it in state.
+    The fetch's IP gate slot is freed by an `IpDone` sent beside it."""
+
+    v: int
+    type: Literal["tdmrep"]
+    host: str
+    lease_id: str
+    fetch_status: str
+    http_status: int | None
+    fetched_at: float
+    fetch_ms: float
+    body_b64: str
+    ip: NotRequired[str | None]
+
+
 class IpDone(TypedDict):
     """The end of one fetch for the IP gate (udfs.ip_gate): frees the slot of `lease_id` on `gate_key`.
     Sent on crawl.frontier with key = gate_key; the job routes it to the gate, never to the frontier."""
@@ -123,7 +140,7 @@ class FetchRequest(TypedDict):
     host: str
     url: str
     fp: int
-    kind: Literal["page", "robots"]
+    kind: Literal["page", "robots", "tdmrep"]
     lease_id: str
     depth: int
     attempt: int
@@ -136,6 +153,9 @@ class FetchRequest(TypedDict):
     # Pages only, set only when non-empty: the configured AI agents (OptOutPolicy.ai_agents) the host's
     # robots.txt disallows for `url`; the parse step turns them into the page's opt-out reasons (issue #9).
     ai_disallowed: NotRequired[list[str]]
+    # Pages only, set only when the host's tdmrep.json has a rule matching `url`: its tdm-reservation
+    # (0 or 1); the parse step weighs it as the TDMRep file signal (issue #9, decision 1930).
+    tdm_file: NotRequired[int]
 
 
 class FetchResult(TypedDict):
@@ -181,7 +201,7 @@ class ContractError(ValueError):
     """A record on a topic does not match its contract; the message says which field and why."""
 
 
-_FRONTIER_TYPES = {"discovered", "completion", "robots", "ip_done"}
+_FRONTIER_TYPES = {"discovered", "completion", "robots", "tdmrep", "ip_done"}
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -216,6 +236,8 @@ def decode_frontier_event(raw: bytes | str) -> dict[str, Any]:
         raise ContractError("discovered event has no urls list")
     if kind == "ip_done" and not (isinstance(event.get("gate_key"), str) and isinstance(event.get("lease_id"), str)):
         raise ContractError("ip_done event needs a gate_key and a lease_id")
+    if kind == "tdmrep" and not (isinstance(event.get("lease_id"), str) and isinstance(event.get("body_b64"), str)):
+        raise ContractError("tdmrep event needs a lease_id and a body_b64 text")
     return event
 
 

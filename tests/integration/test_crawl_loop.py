@@ -2,7 +2,8 @@
 real HTTP against the synthetic web on 127.x addresses. Politeness is proven from the server's side
 (its request log), every published page must point at a WARC record that validators accept and match
 the pages.parsed schema, and the TDM opt-outs of the web (a robots.txt group disallowing GPTBot,
-`X-Robots-Tag: noai`) reach the published records as `optout` with their reasons (issue #9)."""
+`X-Robots-Tag: noai`, a `/.well-known/tdmrep.json` the job fetches per host: decision 1930) reach the
+published records as `optout` with their reasons (issue #9)."""
 from __future__ import annotations
 
 import gzip
@@ -22,9 +23,12 @@ from crawler.crawl import records_since
 from tests.integration.harness import start_crawl_job
 from tests.paths import ROOT
 from tests.synthweb import RobotsVariant, SyntheticWebProcess, Web, WebPolicy, audit_politeness, build_web, load_log
-from tests.synthweb.model import policy_to_dict
+from tests.synthweb.model import Host, policy_to_dict
+from tests.synthweb.audit import ROBOTS_PATHS
+from tests.synthweb.tdmrep import TDMREP_PATH, tdmrep_body
 from tests.warc_validators import assert_all_accept
 from udfs.config import load_config
+from udfs.optout import tdmrep_rule
 from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES
 
 N_HOSTS = 12
@@ -35,21 +39,47 @@ WANT_PAGES = 25
 DEADLINE_S = 150.0
 DEFAULT_DELAY_S = 0.5
 # With seed 18 these pick two rules hosts whose robots.txt also disallows GPTBot, one rules host whose
-# pages send `X-Robots-Tag: noai`, and leave the rest of the web as it was (tests/synthweb/generate.py).
-WEB_POLICY = WebPolicy(gptbot_disallow_share=0.4, noai_share=0.4)
+# pages send `X-Robots-Tag: noai`, and leave the rest of the web as it was (tests/synthweb/generate.py);
+# tdmrep_share 0.15 gives the noai host a tdmrep.json reserving everything, and three more hosts one
+# reserving a section (/news/, /blog/, /articles/), one of them behind a robots.txt answering 503.
+WEB_POLICY = WebPolicy(gptbot_disallow_share=0.4, noai_share=0.4, tdmrep_share=0.15)
+FILE_REASON = "tdmrep.json: tdm-reservation=1"
 PAGES_SCHEMA = json.loads((ROOT / "schemas" / "pages.parsed.v1.json").read_text())
 
 
 def optout_groups(web: Web) -> dict[str, set[str]]:
     """Host names by the opt-out signal their published pages must carry: a GPTBot group in a rules
-    robots.txt only, the noai header only, or nothing (real robots.txt bodies are left out: they may
-    name AI crawlers themselves)."""
+    robots.txt only, the noai header (and maybe a tdmrep.json), a tdmrep.json only, or nothing (real
+    robots.txt bodies are left out: they may name AI crawlers themselves)."""
     rules = {RobotsVariant.RULES}
+    tdmrep = {h.name for h in web.hosts if h.tdmrep_reserved is not None}
     return {
-        "gptbot": {h.name for h in web.hosts if h.gptbot_disallowed and not h.noai and h.robots in rules},
+        "gptbot": {h.name for h in web.hosts if h.gptbot_disallowed and not h.noai and h.robots in rules} - tdmrep,
         "noai": {h.name for h in web.hosts if h.noai and not h.gptbot_disallowed},
-        "plain": {h.name for h in web.hosts if not (h.noai or h.gptbot_disallowed) and h.robots is not RobotsVariant.REAL},
+        "tdmrep": {h.name for h in web.hosts if not (h.noai or h.gptbot_disallowed)
+                   and h.robots is not RobotsVariant.REAL} & tdmrep,
+        "plain": {h.name for h in web.hosts if not (h.noai or h.gptbot_disallowed) and h.robots is not RobotsVariant.REAL}
+        - tdmrep,
     }
+
+
+def file_reserves(host: Host, url: str) -> bool:
+    """Whether the host's tdmrep.json (as the synthetic web serves it) reserves `url`."""
+    body = tdmrep_body(host)
+    return body is not None and tdmrep_rule(url, body) == 1
+
+
+def expected_optout(web: Web, url: str, signal: str) -> dict:
+    """The `optout` a page of a host with `signal` ("gptbot", "noai" ...) must carry; decide() lists
+    robots.txt, then directives, then TDMRep reasons."""
+    reasons = {"gptbot": ["robots.txt disallows GPTBot"], "noai": ["x-robots-tag: noai"]}.get(signal, [])
+    if file_reserves(web.by_name[urlsplit(url).hostname], url):
+        reasons.append(FILE_REASON)
+    return {"reserved": bool(reasons), "reason": "; ".join(reasons)}
+
+
+def file_reserved_pages(pages: list[dict], web: Web) -> list[dict]:
+    return [p for p in by_group(pages, web)["tdmrep"] if file_reserves(web.by_name[urlsplit(p["url"]).hostname], p["url"])]
 
 
 def by_group(pages: list[dict], web: Web) -> dict[str, list[dict]]:
@@ -83,8 +113,8 @@ def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory:
         try:
             deadline = time.monotonic() + DEADLINE_S
             # enough pages, and at least one of each opt-out group (home pages come early on every host)
-            while time.monotonic() < deadline and (
-                    len(pages) < WANT_PAGES or not all(by_group(pages, described).values())):
+            while time.monotonic() < deadline and (len(pages) < WANT_PAGES or not all(
+                    by_group(pages, described).values()) or not file_reserved_pages(pages, described)):
                 time.sleep(3)
                 pages = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_PAGES, start_ms)]
         finally:
@@ -99,7 +129,7 @@ def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory:
 def test_the_loop_publishes_pages(crawl_run):
     assert len(crawl_run["pages"]) >= WANT_PAGES, f"only {len(crawl_run['pages'])} pages published"
     kinds = {e["type"] for e in crawl_run["frontier"]}
-    assert {"discovered", "completion", "robots"} <= kinds
+    assert {"discovered", "completion", "robots", "tdmrep"} <= kinds
 
 
 def test_the_web_exercises_every_politeness_rule(crawl_run):
@@ -152,10 +182,31 @@ def test_pages_of_a_host_whose_robots_txt_disallows_gptbot_are_reserved_with_the
 
 
 def test_pages_sent_with_x_robots_tag_noai_are_reserved_with_the_reason(crawl_run):
-    pages = by_group(crawl_run["pages"], crawl_run["web"])["noai"]
+    web = crawl_run["web"]
+    pages = by_group(crawl_run["pages"], web)["noai"]
     assert pages, "no page of a noai host was published"
-    assert {p["url"]: p["optout"] for p in pages} == {
-        p["url"]: {"reserved": True, "reason": "x-robots-tag: noai"} for p in pages}
+    assert {p["url"]: p["optout"] for p in pages} == {p["url"]: expected_optout(web, p["url"], "noai") for p in pages}
+    assert all(p["optout"]["reason"].startswith("x-robots-tag: noai") for p in pages)
+
+
+def test_pages_a_hosts_tdmrep_json_reserves_carry_the_file_reason_and_the_rest_of_its_site_does_not(crawl_run):
+    web = crawl_run["web"]
+    pages = by_group(crawl_run["pages"], web)["tdmrep"]
+    assert file_reserved_pages(crawl_run["pages"], web), "no page a tdmrep.json reserves was published"
+    assert {p["url"]: p["optout"] for p in pages} == {p["url"]: expected_optout(web, p["url"], "tdmrep") for p in pages}
+
+
+def test_each_host_answering_robots_txt_was_asked_for_tdmrep_json_once_after_it_and_before_its_pages(crawl_run):
+    log = [r for r in crawl_run["log"] if r.get("event") == "request"]
+    for host in {r["host"] for r in log}:
+        paths = [urlsplit(r["path"]).path for r in sorted(log, key=lambda r: r["started_at"]) if r["host"] == host]
+        if TDMREP_PATH not in paths:
+            continue   # robots.txt unreachable (503), or the crawl ended first
+        assert paths.count(TDMREP_PATH) == 1, (host, paths)
+        first = paths.index(TDMREP_PATH)
+        assert "/robots.txt" in paths[:first] and set(paths[:first]) <= set(ROBOTS_PATHS), (host, paths)
+    asked = {r["host"] for r in log if urlsplit(r["path"]).path == TDMREP_PATH}
+    assert {h.name for h in crawl_run["web"].hosts if h.tdmrep_reserved} & asked
 
 
 def test_pages_without_an_optout_signal_are_published_as_not_reserved(crawl_run):

@@ -189,6 +189,7 @@ def web() -> Iterator[LoopbackWeb]:
     b = server.add(Listener(HOST_B, {
         "/robots.txt": reply(body=b"User-agent: *\nDisallow: /private\n", headers=(("Content-Type", "text/plain"),)),
         "/loop": reply("302 Found", b"", (("Location", "/loop"),)),
+        "/slow-down": reply("429 Too Many Requests", b"", (("Retry-After", "120"),)),
     }))
     server.add(Listener(HOST_DENIED, {"/ok": reply()}))
     # Locations naming another listener's port are only known now.
@@ -320,6 +321,23 @@ def test_robots_redirect_is_followed_across_hosts(web: LoopbackWeb) -> None:
     assert (result["fetch_status"], result["http_status"]) == ("ok", 200)
     assert result["body"].startswith(b"User-agent: *")
     assert result["url"].startswith("http://site-b.test:")
+
+
+def test_robots_redirect_to_a_host_that_asked_to_wait_is_not_followed(web: LoopbackWeb) -> None:
+    b = web.listeners[HOST_B]
+
+    async def run() -> tuple[dict, dict]:
+        fetcher = Fetcher(policy_for(web))
+        try:
+            told = dict(await fetcher.fetch(request(f"http://site-b.test:{b.port}/slow-down")))
+            return told, dict(await fetcher.fetch(request(url_a(web, "/robots.txt"), kind="robots")))
+        finally:
+            await fetcher.close()
+    before = len(b.requests)
+    told, robots = asyncio.run(run())
+    assert told["http_status"] == 429
+    assert robots["fetch_status"] == "conn_error" and "asked to wait" in robots["reason"]
+    assert len(b.requests) - before == 1, "the redirect hop to site-b never reached it"
 
 
 def test_robots_gzip_bomb_stops_at_the_robots_cap(web: LoopbackWeb) -> None:

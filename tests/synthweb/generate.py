@@ -57,6 +57,17 @@ def _drawn(seed: int, name: str, signal: str, share: float) -> bool:
     return zlib.crc32(f"{seed}|{name}|{signal}".encode()) < share * 2**32
 
 
+def _tdmrep_location(seed: int, host: Host, share: float) -> str | None:
+    """What a drawn host's tdmrep.json reserves: the whole site, or (one host in two) the section of its
+    first article, so the crawl sees both reserved and unreserved pages of one file."""
+    if not _drawn(seed, host.name, "tdmrep", share):
+        return None
+    sections = [p.path.split("/")[1] for p in host.pages if p.path.count("/") >= 2]
+    if sections and _drawn(seed, host.name, "tdmrep-part", 0.5):
+        return f"/{sections[0]}/"
+    return "/"
+
+
 def _pick(rng: random.Random, mix: tuple[tuple[RobotsVariant, float], ...]) -> RobotsVariant:
     variants, weights = zip(*mix)
     return rng.choices(variants, weights)[0]
@@ -173,6 +184,7 @@ def build_web(n_hosts: int, seed: int, policy: WebPolicy | None = None, *,
             gptbot_disallowed=_drawn(seed, name, "gptbot", policy.gptbot_disallow_share),
             noai=_drawn(seed, name, "noai", policy.noai_share),
         ))
+        hosts[-1] = replace(hosts[-1], tdmrep_reserved=_tdmrep_location(seed, hosts[-1], policy.tdmrep_share))
     hosts = [_with_redirect_target(h, hosts, rng) for h in hosts]
     missing = tuple(f"gone-{k}.s{k:04d}.test" for k in range(1, max(2, n_hosts // 50) + 1))
     return Web(seed=seed, policy=policy, hosts=tuple(hosts), missing_hosts=missing)

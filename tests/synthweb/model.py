@@ -94,6 +94,7 @@ class WebPolicy:
     # generator's random stream, so turning them on leaves the rest of the web unchanged
     gptbot_disallow_share: float = 0.0       # hosts whose rules robots.txt also disallows GPTBot everything
     noai_share: float = 0.0                  # hosts whose HTML pages send `X-Robots-Tag: noai`
+    tdmrep_share: float = 0.0                # hosts serving a /.well-known/tdmrep.json reserving all or a section
     behaviours: frozenset[Behaviour] = ALL_BEHAVIOURS  # which behaviours may be handed out
     huge_page_bytes: int = 20 * 1024 * 1024
     gzip_bomb_bytes: int = 200 * 1024 * 1024
@@ -127,6 +128,7 @@ class WebPolicy:
             "behaviour_share": self.behaviour_share,
             "gptbot_disallow_share": self.gptbot_disallow_share,
             "noai_share": self.noai_share,
+            "tdmrep_share": self.tdmrep_share,
         }
         for name, value in shares.items():
             if not 0.0 <= value <= 1.0:
@@ -188,6 +190,7 @@ class Host:
     robots_redirect: str | None = None  # absolute path or host name the REDIRECT variant points at
     gptbot_disallowed: bool = False    # its rules body (RULES, REDIRECT target) has `User-agent: GPTBot / Disallow: /`
     noai: bool = False                 # its HTML pages (but session-trap ones) send `X-Robots-Tag: noai`
+    tdmrep_reserved: str | None = None  # the location its tdmrep.json reserves ("/" or "/<section>/"); None: no file
 
     @cached_property
     def page_map(self) -> dict[str, Page]:

@@ -25,6 +25,7 @@ from tests.synthweb.corpus import LINK, SELF, Corpus, Template
 from tests.synthweb.links import SSRF_METADATA_URL, denied_bait_url, page_links, with_session
 from tests.synthweb.model import Behaviour, Host, Page, RobotsVariant, Web, base_url
 from tests.synthweb.robots import MOVED_PATH, robots_answer, rules_body, sitemap_path
+from tests.synthweb.tdmrep import TDMREP_PATH, tdmrep_body
 
 HTML = "text/html; charset=utf-8"
 _CALENDAR = re.compile(r"^/calendar/(\d{4})/(\d{2})/$")
@@ -132,6 +133,11 @@ class Router:
             if a.status == 429:
                 reply.retry_after = float(self.web.policy.robots_retry_after)
             return reply
+        if path == TDMREP_PATH:   # before the failure behaviours, like robots.txt: their counters stay as they were
+            body = tdmrep_body(host)
+            if body is None:
+                return self._not_found(host, path)
+            return Reply(200, [("Content-Type", "application/json")], body)
         if path == MOVED_PATH:
             return Reply(200, [("Content-Type", "text/plain; charset=utf-8")], rules_body(host, self.port))
         if path.startswith("/sitemap"):

@@ -323,3 +323,78 @@ def test_the_frontier_asks_only_the_configured_agents():
 def test_the_frontier_adds_no_verdict_without_rules_or_when_switched_off(status, body, optout):
     (news,) = _released(_frontier(optout), status, body, "/news/a")
     assert "ai_disallowed" not in news
+
+
+# --- the file's verdict as the frontier puts it on the request (FetchRequest.tdm_file; decision 1930) ---
+
+FILE_RESERVES = b'[{"location": "/", "tdm-reservation": 1}]'
+
+
+@pytest.mark.parametrize("file_value,headers,meta,body,reserved,reason", [
+    (1, [], {}, None, True, "tdmrep.json: tdm-reservation=1"),
+    (0, [], {}, None, False, ""),
+    (0, [], {}, FILE_RESERVES, False, ""),                        # the frontier's match stands for the body
+    (1, [("tdm-reservation", "0")], {}, None, False, ""),         # the header supersedes the file
+    (0, [("tdm-reservation", "1")], {}, None, True, "tdmrep header: tdm-reservation=1"),
+    (1, [], {"tdm-reservation": "0"}, None, False, ""),            # the meta supersedes both
+    (0, [], {"tdm-reservation": "1"}, None, True, "tdmrep meta: tdm-reservation=1"),
+    (2, [], {}, None, False, ""),                                 # not 0/1: unset
+    ("1", [], {}, None, True, "tdmrep.json: tdm-reservation=1"),  # decimal text, as JSON may carry it
+    (True, [], {}, None, False, ""),
+    (None, [], {}, FILE_RESERVES, True, "tdmrep.json: tdm-reservation=1"),
+])
+def test_decide_weighs_the_frontiers_file_verdict_at_the_files_priority(file_value, headers, meta, body, reserved,
+                                                                       reason):
+    verdict = decide(URL, headers=headers, meta=meta, tdmrep_body=body, tdmrep_file_value=file_value)
+    assert (verdict.reserved, verdict.reason) == (reserved, reason)
+
+
+def test_the_file_verdict_is_ignored_with_tdmrep_switched_off():
+    assert not decide(URL, tdmrep_file_value=1, policy=OptOutPolicy(use_tdmrep=False)).reserved
+
+
+def test_parse_once_match_many_gives_what_tdmrep_rule_gives():
+    from udfs.optout import parse_tdmrep, tdmrep_match
+    rules = parse_tdmrep(SPEC_EXAMPLE)
+    assert len(rules) == 3 and parse_tdmrep(b"not json") == () and tdmrep_match((), URL) is None
+    for path in ("/directory-a/x", "/directory-b/images/cat.jpg", "/directory-b/images/cat.png", "/"):
+        url = "https://provider.example" + path
+        assert tdmrep_match(rules, url) == tdmrep_rule(url, SPEC_EXAMPLE)
+
+
+def test_fetch_tdmrep_is_validated_and_follows_use_tdmrep():
+    assert OptOutPolicy().tdmrep_fetched
+    assert not OptOutPolicy(fetch_tdmrep=False).tdmrep_fetched and not OptOutPolicy(use_tdmrep=False).tdmrep_fetched
+    with pytest.raises(ValueError, match="fetch_tdmrep must be true or false"):
+        OptOutPolicy(fetch_tdmrep="yes")  # type: ignore[arg-type]
+
+
+def _result(kind: str, body: bytes, **request_fields) -> dict:
+    from udfs.fetch_status import fetch_result
+    from udfs.records import FetchStatus
+    request = {"host": "news.example", "url": URL, "fp": 1, "kind": kind, "lease_id": "news.example/1",
+               "depth": 0, "attempt": 1, "ip": "127.0.0.9"} | request_fields
+    return fetch_result(request, FetchStatus.OK, started_at=100.0, done_at=100.25, http_status=200,
+                        http_reason="OK", headers=[("Content-Type", "text/html")], body=body, ip="127.0.0.9")
+
+
+def test_parse_result_turns_the_requests_tdm_file_into_the_pages_reason():
+    from operators.parse import parse_result
+    html = b"<html><head><title>t</title></head><body><p>story</p></body></html>"
+    page = parse_result(_result("page", html, tdm_file=1))["page"]
+    assert page["optout"] == {"reserved": True, "reason": "tdmrep.json: tdm-reservation=1"}
+    assert parse_result(_result("page", html))["page"]["optout"] == {"reserved": False, "reason": ""}
+
+
+def test_tdmrep_results_go_to_the_frontier_capped_with_their_gate_release_never_to_parse():
+    from operators.parse import ParseFunction, is_tdmrep, tdmrep_outputs
+    from udfs.records import decode_frontier_event, unb64
+    result = _result("tdmrep", b"[" + b" " * 5000 + b"]")
+    assert is_tdmrep(result) and list(ParseFunction().flat_map(result)) == []
+    (topic, key, value), (_, gate, done) = tdmrep_outputs(result, 1024)
+    event = decode_frontier_event(value)
+    assert (topic, key, event["type"], event["lease_id"], event["http_status"]) == (
+        "crawl.frontier", "news.example", "tdmrep", "news.example/1", 200)
+    assert len(unb64(event["body_b64"])) == 1024 and event["fetch_ms"] == 250.0
+    released = decode_frontier_event(done)
+    assert released["type"] == "ip_done" and released["gate_key"] == gate and released["lease_id"] == "news.example/1"
