@@ -1,5 +1,6 @@
-"""Issue #9 check (d), real everywhere: "after a takedown, the page gone from the index and the corpus and
-never fetched again". The crawl job runs on a MiniCluster against the synthetic web with a real Kafka
+"""Issue #9 checks (c) and (d), real everywhere: "pages of an opted-out host absent from the corpus with
+the reason recorded" and "after a takedown, the page gone from the index and the corpus and never
+fetched again". Two of the six hosts send `X-Robots-Tag: noai` with their pages. The crawl job runs on a MiniCluster against the synthetic web with a real Kafka
 broker; both consumers read what it publishes; then `crawler takedown --host` is issued while the crawl
 goes on. The server's request log shows the host never asked for again (after a short grace for a fetch
 already leased), the index and the corpus lose every page of the host, `crawler takedown-apply`
@@ -26,7 +27,8 @@ from crawler.audit import AuditLog, read_audit
 from crawler.cli import main
 from crawler.crawl import records_since
 from tests.integration.harness import start_crawl_job
-from tests.synthweb import SyntheticWebProcess, load_log
+from tests.synthweb import SyntheticWebProcess, WebPolicy, build_web, load_log
+from tests.synthweb.model import policy_to_dict
 from udfs.config import load_config
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES
 from udfs.urls import host_key
@@ -40,12 +42,15 @@ WARMUP_S = 150.0         # at most this long for the victim host to have pages p
 WATCH_S = 20.0           # the crawl goes on this long after the takedown
 GRACE_S = 4.0            # a fetch leased before the command reached the frontier may still finish
 IDLE_S = 8.0
+WEB_POLICY = WebPolicy(noai_share=0.2)   # with SEED and N_HOSTS: two hosts reserve TDM, four do not
 
 
 def host_counts(pages: list[dict]) -> dict[str, int]:
+    """Published pages per host, of the hosts that do not reserve TDM (the corpus keeps only those)."""
     counts: dict[str, int] = {}
     for page in pages:
-        counts[host_key(page["url"])] = counts.get(host_key(page["url"]), 0) + 1
+        if not (page.get("optout") or {}).get("reserved"):
+            counts[host_key(page["url"])] = counts.get(host_key(page["url"]), 0) + 1
     return counts
 
 
@@ -66,7 +71,11 @@ def corpus_hosts(out: Path) -> set[str]:
 def takedown_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("takedown")
     (work / "web").mkdir()
-    web = SyntheticWebProcess(N_HOSTS, SEED, work / "web").start()
+    policy_file = work / "web-policy.json"
+    policy_file.write_text(json.dumps(policy_to_dict(WEB_POLICY)))
+    opted_out = {h.name for h in build_web(N_HOSTS, SEED, WEB_POLICY).hosts if h.noai}
+    assert opted_out and len(opted_out) <= N_HOSTS - 2, opted_out
+    web = SyntheticWebProcess(N_HOSTS, SEED, work / "web", policy_file=policy_file).start()
     config = load_config("", [
         f'job.warc_root="{work / "warc"}"', f'job.group_id="test-{uuid.uuid4().hex[:8]}"',
         "job.checkpoint_interval_ms=5000", "job.bundle_time_ms=50",
@@ -109,7 +118,10 @@ def takedown_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_facto
     run_corpus(kafka_bootstrap, corpus, policy, rest, group_id=groups["corpus"], audit=AuditLog(log))
     assert main(["takedown-apply", "--warc-root", str(work / "warc"), "--audit-log", str(log),
                  "--bootstrap", kafka_bootstrap]) == 0
+    published = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_PAGES, start_ms)]
+    dropped = [json.loads(line) for line in (corpus / "_dropped.jsonl").read_text().splitlines()]
     yield {"victim": victim, "sent_at": sent_at, "log": load_log(web.log_path), "before": before,
+           "opted_out": opted_out, "published": published, "dropped": dropped,
            "after": {"index": indexed_hosts(index), "corpus": corpus_hosts(corpus)}, "warc": work / "warc",
            "audit": read_audit(log)}
 
@@ -148,3 +160,16 @@ def test_the_audit_log_holds_the_command_and_each_action_on_it(takedown_run):
     assert actions["index.removed"]["counts"]["pages_deleted"] >= 1
     assert actions["corpus.removed"]["counts"]["rows_removed"] >= 1
     assert actions["warc.tombstoned"]["counts"]["captures"] >= 1
+
+
+def test_pages_of_opted_out_hosts_are_published_reserved_and_kept_out_of_the_corpus_with_the_reason(takedown_run):
+    bare = {host_key(p["url"]).rsplit(":", 1)[0]: host_key(p["url"]) for p in takedown_run["published"]}
+    reserved = [p for p in takedown_run["published"] if (p.get("optout") or {}).get("reserved")]
+    assert reserved, "no page of an opted-out host was published"
+    assert {host_key(p["url"]).rsplit(":", 1)[0] for p in reserved} <= takedown_run["opted_out"]
+    assert all(p["optout"]["reason"] == "x-robots-tag: noai" for p in reserved)
+    hosts = {bare[name] for name in takedown_run["opted_out"] if name in bare}
+    assert not hosts & (takedown_run["before"]["corpus"] | takedown_run["after"]["corpus"])
+    recorded = {d["url"]: d for d in takedown_run["dropped"] if d["reason"] == "optout"}
+    for page in reserved:
+        assert page["url"] in recorded and "noai" in recorded[page["url"]]["detail"], page["url"]
