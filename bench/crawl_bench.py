@@ -55,7 +55,8 @@ class BenchSpec:
 
     Defaults: 5,000 hosts of 40-400 pages (about 580,000 pages at seed 1), 300 s per crawler, warm-up
     min(60 s, a fifth of the time), samples every 5 s, 10 s of server capacity measurement, Scrapy
-    with 1,000 concurrent requests.
+    with 1,000 concurrent requests, one Flink TaskManager (`taskmanagers`: thread-mode operators get
+    one interpreter per TaskManager, decision 1611).
     """
 
     hosts: int = 5000
@@ -70,8 +71,11 @@ class BenchSpec:
     out: Path = ROOT / "bench" / "out" / "crawl"
     overrides: tuple[str, ...] = ()
     crawlers: tuple[str, ...] = (OURS, SCRAPY)
+    taskmanagers: int = 1
 
     def __post_init__(self) -> None:
+        if self.taskmanagers < 1:
+            raise ValueError(f"taskmanagers must be at least 1, got {self.taskmanagers}")
         if self.hosts < 1:
             raise ValueError(f"hosts must be at least 1, got {self.hosts}")
         if self.seconds <= 0:
@@ -415,7 +419,8 @@ def slim_page(page: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def slim_frontier_event(event: Mapping[str, Any]) -> dict[str, Any]:
-    """A crawl.frontier event without what the figures do not use (the URLs of discovered batches)."""
+    """A crawl.frontier or crawl.outcomes event without what the figures do not use (the URLs of
+    discovered batches)."""
     if event.get("type") != "discovered":
         return dict(event)
     return {**event, "urls": [{"fp": u.get("fp")} for u in event.get("urls") or ()]}
@@ -509,12 +514,12 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
                                submit, summarize)
     from crawler.stack import Stack, StackConfig
     from tests.synthweb.server import SyntheticWebProcess
-    from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES
+    from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 
     out = spec.out / OURS
     shutil.rmtree(out, ignore_errors=True)
     (out / "web").mkdir(parents=True)
-    stack = Stack(StackConfig(state_dir=BENCH_STATE))
+    stack = Stack(StackConfig(state_dir=BENCH_STATE, taskmanagers=spec.taskmanagers))
     progress("ours: starting Kafka and Flink (private stack under .cache/bench-stack) ...")
     stack.up()
     try:
@@ -542,11 +547,12 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
             progress(f"ours: stopped; savepoint {savepoint}; reading the topics back ...")
             pages = timed_records(stack.kafka.bootstrap, TOPIC_PAGES, start_ms, slim_page)
             frontier = timed_records(stack.kafka.bootstrap, TOPIC_FRONTIER, start_ms, slim_frontier_event)
+            outcomes = timed_records(stack.kafka.bootstrap, TOPIC_OUTCOMES, start_ms, slim_frontier_event)
         log = web.request_log()
     finally:
         progress("ours: stopping the private stack")
         stack.down()
-    summary = summarize([p for _, p in pages], [e for _, e in frontier], time.monotonic() - started, metrics)
+    summary = summarize([p for _, p in pages], [e for _, e in outcomes], time.monotonic() - started, metrics)
     warc_bytes = _dir_bytes(out / "warc", "*.warc.gz")
     savepoint_bytes = _dir_bytes(out / "savepoints")
     admitted = metrics.get("admitted", 0.0)
@@ -686,7 +692,8 @@ def run(spec: BenchSpec, command: str, progress: Callable[[str], None] = print) 
         "command": command, "stamp": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": _machine(), "load_before": load_before, "scrapy_version": version("scrapy"),
         "spec": {"hosts": spec.hosts, "seed": spec.seed, "seconds": spec.seconds, "warmup_s": spec.warmup,
-                 "min_pages": spec.min_pages, "max_pages": spec.max_pages, "overrides": list(spec.overrides)},
+                 "min_pages": spec.min_pages, "max_pages": spec.max_pages, "overrides": list(spec.overrides),
+                 "taskmanagers": spec.taskmanagers},
         "policy": {"default_delay_s": politeness.default_delay_s, "min_delay_s": politeness.min_delay_s},
         "web": describe_web(web, default_corpus()),
         "ceiling": {"ours": politeness_ceiling(delays),
@@ -734,7 +741,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = BenchSpec(hosts=args.hosts, seed=args.seed, seconds=args.seconds, warmup_s=args.warmup,
                      min_pages=args.min_pages, max_pages=args.max_pages, sample_every_s=args.sample_every,
                      server_bench_s=args.server_bench_seconds, scrapy_concurrency=args.scrapy_concurrency,
-                     out=args.out.resolve(), overrides=tuple(args.overrides), crawlers=tuple(args.crawler or (OURS, SCRAPY)))
+                     out=args.out.resolve(), overrides=tuple(args.overrides), crawlers=tuple(args.crawler or (OURS, SCRAPY)),
+                     taskmanagers=args.taskmanagers)
     command = "python -m bench.crawl_bench " + " ".join(argv if argv is not None else sys.argv[1:])
     result = run(spec, command, progress=lambda line: print(line, flush=True))
     plot_dir, link_base = (IMG_DIR, ROOT) if args.write else (spec.out, spec.out)
@@ -768,6 +776,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--crawler", action="append", choices=(OURS, SCRAPY), help="run only these (repeatable)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="our configuration overrides (also used to derive Scrapy's settings)")
+    p.add_argument("--taskmanagers", type=int, default=d.taskmanagers,
+                   help="Flink TaskManagers of our stack (use with --set job.parallelism=N)")
     p.add_argument("--out", type=Path, default=d.out)
     p.add_argument("--write", action="store_true", help="replace the section in BENCHMARKS.md, plots in docs/img/")
     return p

@@ -24,7 +24,7 @@ from crawler.paths import CACHE, ROOT
 from crawler.stack import Stack, StackConfig
 from udfs.config import ConfigError, load_config
 from udfs.control import check_seeds, seed_batches
-from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES, encode
+from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, encode
 
 JOB_FILE = ROOT / "jobs" / "crawl.py"
 _JOB_ID = re.compile(r"JobID ([0-9a-f]{32})")
@@ -111,11 +111,11 @@ def records_since(bootstrap: str, topic: str, since_ms: int, timeout_s: float = 
     return kafka_io.consume(bootstrap, topic, since_ms=since_ms, timeout_s=timeout_s)
 
 
-def summarize(pages: list[dict[str, Any]], frontier: list[dict[str, Any]], elapsed_s: float,
+def summarize(pages: list[dict[str, Any]], outcomes: list[dict[str, Any]], elapsed_s: float,
               job_metrics: dict[str, float]) -> dict[str, Any]:
-    """The counters of `summary.json`, from what the run published."""
-    completions = [e for e in frontier if e.get("type") == "completion"]
-    robots = [e for e in frontier if e.get("type") == "robots"]
+    """The counters of `summary.json`, from what the run published (pages.parsed, crawl.outcomes)."""
+    completions = [e for e in outcomes if e.get("type") == "completion"]
+    robots = [e for e in outcomes if e.get("type") == "robots"]
     by_status = collections.Counter(str(e.get("http_status") or e.get("fetch_status")) for e in completions)
     by_fetch_status = collections.Counter(e.get("fetch_status") for e in completions)
     hashes = collections.Counter(p.get("content_hash") for p in pages)
@@ -190,11 +190,11 @@ def run(spec: RunSpec, stack: Stack, progress: Callable[[str], None] = print) ->
     savepoint = stop_with_savepoint(stack, job_id, (spec.out / "savepoints").resolve())
     progress(f"job stopped after {elapsed:.0f} s; savepoint: {savepoint}")
     pages = [json.loads(v) for _, v in records_since(stack.kafka.bootstrap, TOPIC_PAGES, start_ms)]
-    frontier = [json.loads(v) for _, v in records_since(stack.kafka.bootstrap, TOPIC_FRONTIER, start_ms)]
+    outcomes = [json.loads(v) for _, v in records_since(stack.kafka.bootstrap, TOPIC_OUTCOMES, start_ms)]
     with (spec.out / "pages.jsonl").open("w", encoding="utf-8") as fh:
         for page in pages:
             fh.write(json.dumps(page, ensure_ascii=False) + "\n")
-    summary = summarize(pages, frontier, elapsed, metrics)
+    summary = summarize(pages, outcomes, elapsed, metrics)
     summary.update(job_id=job_id, savepoint=savepoint, seeds=len(spec.seeds))
     (spec.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary

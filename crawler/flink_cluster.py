@@ -237,8 +237,13 @@ class FlinkCluster:
         return int(overview.get("taskmanagers", 0))
 
     def stop(self, timeout_s: float = 30.0) -> list[str]:
-        """Stop the TaskManagers, then the JobManager we started; returns the names stopped."""
-        return [d.name for d in (*self.taskmanagers, self.jobmanager) if d.stop(timeout_s)]
+        """Stop the TaskManagers, then the JobManager we started; returns the names stopped. TaskManagers
+        of an earlier start with more of them (their pid files are here) are stopped too."""
+        run, log = self.state_dir / "run", self.state_dir / "log"
+        known = {d.pid_file for d in self.taskmanagers}
+        extra = [Daemon(f"flink-{path.stem}", path, log / f"{path.stem}.console")
+                 for path in sorted(run.glob("taskmanager-*.pid")) if path not in known]
+        return [d.name for d in (*self.taskmanagers, *extra, self.jobmanager) if d.stop(timeout_s)]
 
     def overview(self, timeout_s: float = 5.0) -> dict[str, object] | None:
         """The REST API's /overview (taskmanagers, slots, jobs running...), or None if nothing answers."""

@@ -20,7 +20,7 @@ from confluent_kafka import KafkaException
 from crawler import kafka_io, maven
 from crawler.daemon import Daemon
 from crawler.kafka_io import TopicSpec
-from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_PAGES
+from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 
 # Pages and batches of outlinks can be large; the broker and the two big topics accept 16 MiB.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -33,9 +33,10 @@ class KafkaBrokerError(RuntimeError):
 
 def default_topics(frontier_partitions: int = DEFAULT_FRONTIER_PARTITIONS,
                    pages_partitions: int = DEFAULT_FRONTIER_PARTITIONS) -> tuple[TopicSpec, ...]:
-    """The crawler's topics (udfs.records.ALL_TOPICS): the frontier and pages topics partitioned and
-    allowed large messages, control and status with one partition (their order matters)."""
-    big = {TOPIC_FRONTIER: frontier_partitions, TOPIC_PAGES: pages_partitions}
+    """The crawler's topics (udfs.records.ALL_TOPICS): the frontier, outcomes and pages topics partitioned
+    and allowed large messages (outcomes like the frontier: both keyed by host), control and status with
+    one partition (their order matters)."""
+    big = {TOPIC_FRONTIER: frontier_partitions, TOPIC_OUTCOMES: frontier_partitions, TOPIC_PAGES: pages_partitions}
     return tuple(
         TopicSpec(name, big[name], MAX_MESSAGE_BYTES) if name in big else TopicSpec(name)
         for name in ALL_TOPICS

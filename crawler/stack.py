@@ -28,7 +28,9 @@ class StackConfig:
     """Where the stack keeps its state and which loopback ports it uses.
 
     Defaults: state in .cache/stack, Kafka on 9092 (controller 9093), Flink REST/dashboard on 8081,
-    4 partitions for crawl.frontier and pages.parsed.
+    4 partitions for crawl.frontier, crawl.outcomes and pages.parsed, one TaskManager. Thread-mode
+    operators share one interpreter (one GIL) per TaskManager: a job of parallelism N gets N
+    interpreters from N TaskManagers (decision 1611).
     """
 
     state_dir: Path = DEFAULT_STATE_DIR
@@ -36,6 +38,7 @@ class StackConfig:
     kafka_controller_port: int = 9093
     rest_port: int = DEFAULT_REST_PORT
     frontier_partitions: int = DEFAULT_FRONTIER_PARTITIONS
+    taskmanagers: int = 1
 
     def __post_init__(self) -> None:
         ports = {"kafka_port": self.kafka_port, "kafka_controller_port": self.kafka_controller_port,
@@ -47,6 +50,8 @@ class StackConfig:
             raise ValueError(f"StackConfig ports must all differ, got {ports}")
         if self.frontier_partitions < 1:
             raise ValueError(f"StackConfig.frontier_partitions must be >= 1, got {self.frontier_partitions}")
+        if self.taskmanagers < 1:
+            raise ValueError(f"StackConfig.taskmanagers must be >= 1, got {self.taskmanagers}")
 
 
 @dataclass(frozen=True)
@@ -104,7 +109,10 @@ class Stack:
         state = Path(config.state_dir).resolve()
         self.kafka = KafkaBroker(state / "kafka", config.kafka_port, config.kafka_controller_port,
                                  topics=default_topics(config.frontier_partitions, config.frontier_partitions))
-        self.flink = FlinkCluster(state / "flink", rest_port=config.rest_port)
+        # With several TaskManagers, spread a job's slots over all of them (each brings its own interpreter).
+        spread = {"taskmanager.load-balance.mode": "SLOTS"} if config.taskmanagers > 1 else None
+        self.flink = FlinkCluster(state / "flink", rest_port=config.rest_port, taskmanagers=config.taskmanagers,
+                                  settings=spread)
 
     def up(self) -> StackStatus:
         """Start what is not running (Kafka first: jobs need their topics), wait until ready."""
@@ -160,6 +168,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     common.add_argument("--kafka-controller-port", type=int, default=9093)
     common.add_argument("--rest-port", type=int, default=DEFAULT_REST_PORT, help="Flink REST/dashboard")
     common.add_argument("--frontier-partitions", type=int, default=DEFAULT_FRONTIER_PARTITIONS)
+    common.add_argument("--taskmanagers", type=int, default=1,
+                        help="TaskManagers to start (thread-mode Python gets one interpreter per TaskManager)")
     for name, func, text in (
         ("install", _cmd_install, "download the jars and build the Flink home; start nothing"),
         ("up", _cmd_up, "start Kafka and the Flink session cluster (idempotent)"),
@@ -173,7 +183,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _config(args: argparse.Namespace) -> StackConfig:
     return StackConfig(state_dir=args.state_dir, kafka_port=args.kafka_port,
                        kafka_controller_port=args.kafka_controller_port, rest_port=args.rest_port,
-                       frontier_partitions=args.frontier_partitions)
+                       frontier_partitions=args.frontier_partitions, taskmanagers=args.taskmanagers)
 
 
 def _cmd_install(args: argparse.Namespace) -> int:

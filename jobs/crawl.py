@@ -4,9 +4,11 @@ Submitted with `flink run -py jobs/crawl.py --bootstrap HOST:PORT ...` (see `cra
 in process on a MiniCluster by tests through `build_pipeline`, which takes its sources and sinks so a
 test can run the real graph (ARCHITECTURE.md §1; STYLE.md "whole dataflows testable in process").
 
-Flink 2.x has no iterations, so the loop closes through Kafka: the WARC writer's completions and
-discoveries and the fetcher's robots results go back to `crawl.frontier`, keyed by host; `ip_done`
-events (keyed by server address) free the IP gate's slots between the frontier and the fetcher.
+Flink 2.x has no iterations, so the loop closes through Kafka: the WARC writer's discoveries go back
+to `crawl.frontier`, and the ends of leases (completions, the fetcher's robots.txt and tdmrep.json
+results) to `crawl.outcomes`, both keyed by host; `ip_done` events on `crawl.outcomes` (keyed by server
+address) free the IP gate's slots between the frontier and the fetcher. Two topics, read by two sources,
+so that a backlog of discoveries never holds back the end of a lease (decision 1610).
 Operator commands on `crawl.control` are validated and broadcast to every frontier subtask.
 """
 from __future__ import annotations
@@ -43,6 +45,7 @@ from udfs.ip_gate import releases_of, routing_key
 from udfs.records import (
     TOPIC_CONTROL,
     TOPIC_FRONTIER,
+    TOPIC_OUTCOMES,
     TOPIC_PAGES,
     TOPIC_STATUS,
     ContractError,
@@ -56,10 +59,11 @@ EVENT_TYPE = Types.PICKLED_BYTE_ARRAY()
 
 @dataclasses.dataclass(frozen=True)
 class Sources:
-    """Builds the streams of raw `crawl.frontier` and `crawl.control` values (JSON text); without a
-    control source the job runs with no operator control (tests of the loop alone)."""
+    """Builds the streams of raw `crawl.frontier`, `crawl.outcomes` and `crawl.control` values (JSON
+    text); without a control source the job runs with no operator control (tests of the loop alone)."""
 
     frontier: Callable[[StreamExecutionEnvironment], DataStream]
+    outcomes: Callable[[StreamExecutionEnvironment], DataStream]
     control: Callable[[StreamExecutionEnvironment], DataStream] | None = None
 
 
@@ -88,6 +92,12 @@ class DecodeEvents(FlatMapFunction):
             self.rejected.inc()
             yield {"kind": "reject", "reason": str(exc), "raw": value[:1000], "topic": self.topic,
                    "type": self.reject_type}
+
+
+class DecodeOutcomes(DecodeEvents):
+    """Raw crawl.outcomes values → event dicts (the same schema; a reject names this topic)."""
+
+    topic = TOPIC_OUTCOMES
 
 
 class DecodeControls(DecodeEvents):
@@ -129,9 +139,15 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     set_python_mode(env, "thread")
     decoded = (sources.frontier(env)
                .flat_map(DecodeEvents(), output_type=EVENT_TYPE).uid("decode-events").name("decode events"))
+    # A second source, so the frontier's input alternates between the topics: the ends of leases wait
+    # behind a few buffers of discoveries at most, never behind the topic's backlog (decision 1610).
+    outcomes = (sources.outcomes(env)
+                .flat_map(DecodeOutcomes(), output_type=EVENT_TYPE).uid("decode-outcomes").name("decode outcomes"))
     # flat_map, not filter + map: PyFlink fuses chained Python functions and keeps one uid of them.
     rejects = (decoded.flat_map(_rejects_to_status, output_type=TRIPLE_TYPE)
                .uid("rejects-to-status").name("rejects to status"))
+    rejects = rejects.union(outcomes.flat_map(_rejects_to_status, output_type=TRIPLE_TYPE)
+                            .uid("outcome-rejects-to-status").name("outcome rejects to status"))
     controls = control_stream(env, sources)
     rejects = rejects.union(controls.flat_map(_rejects_to_status, output_type=TRIPLE_TYPE)
                             .uid("control-rejects-to-status").name("control rejects to status"))
@@ -139,13 +155,17 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                       .uid("valid-controls").name("valid controls"))
     frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch,
                                 config.bloom, config.recrawl, config.host_quality, optout=config.optout)
-    requests = attach_frontier(
-        decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
-        .key_by(lambda event: event["host"], key_type=Types.STRING()),
-        broadcast_controls(valid_controls), frontier, EVENT_TYPE)
+    events = (decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
+              .union(outcomes.flat_map(_frontier_events, output_type=EVENT_TYPE)
+                     .uid("valid-outcomes").name("valid outcomes")))
+    requests = attach_frontier(events.key_by(lambda event: event["host"], key_type=Types.STRING()),
+                               broadcast_controls(valid_controls), frontier, EVENT_TYPE)
     # Host names sharing a server share its budget: requests wait at a gate keyed by address until
-    # the ip_done of an earlier fetch on that address frees a slot (udfs/ip_gate.py).
-    releases = decoded.flat_map(_gate_releases, output_type=EVENT_TYPE).uid("gate-releases").name("gate releases")
+    # the ip_done of an earlier fetch on that address frees a slot (udfs/ip_gate.py). Releases are
+    # read from both topics: a job upgraded from one that sent them on crawl.frontier still gets them.
+    releases = (decoded.flat_map(_gate_releases, output_type=EVENT_TYPE).uid("gate-releases").name("gate releases")
+                .union(outcomes.flat_map(_gate_releases, output_type=EVENT_TYPE)
+                       .uid("outcome-gate-releases").name("outcome gate releases")))
     requests = (requests.union(releases)
                 .key_by(routing_key, key_type=Types.STRING())
                 .process(IpGateFunction(config.ipgate), output_type=EVENT_TYPE).uid("ip-gate").name("ip gate"))
@@ -168,7 +188,7 @@ def control_stream(env: StreamExecutionEnvironment, sources: Sources) -> DataStr
 
 
 def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None) -> Sources:
-    """`crawl.frontier` and `crawl.control` from Kafka. A fresh job starts at `start_ms` (records
+    """`crawl.frontier`, `crawl.outcomes` and `crawl.control` from Kafka. A fresh job starts at `start_ms` (records
     produced from then on) or else at the group's committed offsets, else the earliest record; a job
     restored from a savepoint or checkpoint resumes at the offsets stored in it, whatever these say
     (so commands sent while the job was stopped apply when it comes back)."""
@@ -188,11 +208,13 @@ def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None) -> 
             return env.from_source(source, WatermarkStrategy.no_watermarks(), topic).uid(uid)
         return build
 
-    return Sources(frontier=reader(TOPIC_FRONTIER, "frontier-source"), control=reader(TOPIC_CONTROL, "control-source"))
+    return Sources(frontier=reader(TOPIC_FRONTIER, "frontier-source"),
+                   outcomes=reader(TOPIC_OUTCOMES, "outcomes-source"),
+                   control=reader(TOPIC_CONTROL, "control-source"))
 
 
 # What the job writes. `crawl.control` is read by the job (operator commands), never written.
-OUTPUT_TOPICS = (TOPIC_FRONTIER, TOPIC_PAGES, TOPIC_STATUS)
+OUTPUT_TOPICS = (TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, TOPIC_STATUS)
 
 
 def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS) -> Sinks:
@@ -268,7 +290,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE")
     parser.add_argument("--job-name", default="crawl")
     parser.add_argument("--start-timestamp-ms", type=int,
-                        help="a fresh job reads crawl.frontier from this time on (ignored on restore)")
+                        help="a fresh job reads its input topics from this time on (ignored on restore)")
     parser.add_argument("--python", help="Python interpreter of the workers (default: the cluster's setting)")
     return parser.parse_args(argv)
 

@@ -1,6 +1,6 @@
 """The fetcher: a PyFlink AsyncFunction that turns each FetchRequest into one FetchResult.
 
-Pipeline position (ARCHITECTURE.md §1): frontier → **fetch** → parse / WARC (pages) or crawl.frontier
+Pipeline position (ARCHITECTURE.md §1): frontier → **fetch** → parse / WARC (pages) or crawl.outcomes
 (robots.txt and tdmrep.json, the per-host preflight files, fetched alike: decision 1930). Per request:
 resolve the host (operators/resolver.py: static pins, then DNS through the event loop, cached with a
 bounded TTL and negative caching) → SSRF guard on every address (`udfs.netguard`) → one GET (pages never
@@ -447,8 +447,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
-    The graph of §1 from fetch to the two sinks: fetch → robots and tdmrep results (crawl.frontier), and
-    fetch → parse → content dedup → WARC writer (pages.parsed + crawl.frontier). The async fetch
+    The graph of §1 from fetch to the two sinks: fetch → robots and tdmrep results (crawl.outcomes), and
+    fetch → parse → content dedup → WARC writer (pages.parsed, crawl.frontier, crawl.outcomes). The async fetch
     operator needs the `process` execution mode to be in force when this is called (ARCHITECTURE.md
     §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
     the job-level mode they need, is in force on return.

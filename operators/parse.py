@@ -1,7 +1,7 @@
 """The parse step: a page FetchResult becomes a bundle of the result plus what the page says.
 
 Pipeline position (ARCHITECTURE.md §1): fetch → **parse** → WARC writer. Robots results never come
-here: `robots_event` turns them into `RobotsResult` events for crawl.frontier, and `tdmrep_outputs` turns
+here: `robots_event` turns them into `RobotsResult` events for crawl.outcomes, and `tdmrep_outputs` turns
 tdmrep.json results into `TdmrepResult` events (decision 1930). Every decision is in
 `udfs` (`links.extract`, `simhash.simhash`, `fetch_status.is_complete_page`, `optout.decide` from the
 headers, the page's meta tags and the frontier's robots.txt and tdmrep.json verdicts); this map only counts.
@@ -22,7 +22,7 @@ from udfs.ip_gate import gate_key, ip_done_event
 from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
-from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, FetchResult, RobotsResult, TdmrepResult, b64, encode
+from udfs.records import SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, RobotsResult, TdmrepResult, b64, encode
 from udfs.simhash import simhash
 
 
@@ -82,7 +82,7 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
 
 
 def robots_event(result: FetchResult, max_bytes: int) -> RobotsResult:
-    """The `RobotsResult` crawl.frontier event of a robots.txt fetch (ARCHITECTURE.md §3), body capped."""
+    """The `RobotsResult` crawl.outcomes event of a robots.txt fetch (ARCHITECTURE.md §3), body capped."""
     request = result["request"]
     return RobotsResult(
         v=SCHEMA_VERSION, type="robots", host=request["host"], lease_id=request["lease_id"],
@@ -93,23 +93,23 @@ def robots_event(result: FetchResult, max_bytes: int) -> RobotsResult:
 
 
 def robots_output(result: FetchResult, max_bytes: int) -> tuple[str, str, bytes]:
-    """`robots_event` as a (topic, key, value) record for the crawl.frontier sink."""
+    """`robots_event` as a (topic, key, value) record for crawl.outcomes."""
     event = robots_event(result, max_bytes)
-    return TOPIC_FRONTIER, event["host"], encode(dict(event))
+    return TOPIC_OUTCOMES, event["host"], encode(dict(event))
 
 
 def is_robots(result: FetchResult) -> bool:
-    """Whether `result` answers a robots.txt lease (routed to crawl.frontier, not to parse)."""
+    """Whether `result` answers a robots.txt lease (routed to crawl.outcomes, not to parse)."""
     return result["request"].get("kind") == "robots"
 
 
 def is_tdmrep(result: FetchResult) -> bool:
-    """Whether `result` answers a tdmrep.json lease (routed to crawl.frontier, not to parse: decision 1930)."""
+    """Whether `result` answers a tdmrep.json lease (routed to crawl.outcomes, not to parse: decision 1930)."""
     return result["request"].get("kind") == "tdmrep"
 
 
 def tdmrep_event(result: FetchResult, max_bytes: int) -> TdmrepResult:
-    """The `TdmrepResult` crawl.frontier event of a tdmrep.json fetch (decision 1930), body capped at
+    """The `TdmrepResult` crawl.outcomes event of a tdmrep.json fetch (decision 1930), body capped at
     `max_bytes` (OptOutPolicy.max_tdmrep_bytes)."""
     request = result["request"]
     return TdmrepResult(
@@ -121,15 +121,15 @@ def tdmrep_event(result: FetchResult, max_bytes: int) -> TdmrepResult:
 
 
 def tdmrep_outputs(result: FetchResult, max_bytes: int) -> list[tuple[str, str, bytes]]:
-    """A tdmrep.json result as crawl.frontier records: its `TdmrepResult` (key = host) and the `IpDone`
+    """A tdmrep.json result as crawl.outcomes records: its `TdmrepResult` (key = host) and the `IpDone`
     that frees its IP gate slot (key = gate key), as the WARC writer sends for a page."""
     event = tdmrep_event(result, max_bytes)
     done = ip_done_event(dict(result["request"]), SCHEMA_VERSION, result["fetch_status"])
-    return [(TOPIC_FRONTIER, event["host"], encode(dict(event))), (TOPIC_FRONTIER, done["gate_key"], encode(done))]
+    return [(TOPIC_OUTCOMES, event["host"], encode(dict(event))), (TOPIC_OUTCOMES, done["gate_key"], encode(done))]
 
 
 class ParseFunction(FlatMapFunction):
-    """Page FetchResult → ParsedBundle (robots and tdmrep results are skipped: they go to crawl.frontier).
+    """Page FetchResult → ParsedBundle (robots and tdmrep results are skipped: they go to crawl.outcomes).
 
     Counts pages parsed, results not parsed, parser errors, links found and pages whose site reserves
     TDM (`optout_reserved`); gauges the p50/p95 of the time `parse_result` took over the recent pages

@@ -1,6 +1,7 @@
 """The WARC writer: archives each page fetch, then tells the rest of the crawl about it.
 
-Pipeline position (ARCHITECTURE.md §1): parse → **WARC writer** → pages.parsed and crawl.frontier.
+Pipeline position (ARCHITECTURE.md §1): parse → **WARC writer** → pages.parsed, crawl.frontier
+(discoveries) and crawl.outcomes (completions, ip_done).
 For each ParsedBundle it appends a response + request record pair (one gzip member each, built by
 `udfs.warc`; as the dedup verdict says, a revisit instead of the response for an exact duplicate and
 a metadata record for a near-duplicate: decisions 1300-1301) to `crawl/{date}/{subtask}/{seq}.warc.gz`
@@ -46,8 +47,8 @@ from operators.parse import ParsedBundle
 from udfs.dedup import DedupVerdict, metadata_fields
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, retry_after_seconds
 from udfs.ip_gate import ip_done_event
-from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_PAGES, Completion, DiscoveredBatch, FetchResult,
-                          FetchStatus, ParsedPage, UrlEntry, encode)
+from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion, DiscoveredBatch,
+                          FetchResult, FetchStatus, ParsedPage, UrlEntry, encode)
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
@@ -496,7 +497,7 @@ def is_alias(bundle: ParsedBundle) -> bool:
 
 
 def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None = None) -> Completion:
-    """The `Completion` crawl.frontier event that ends the page's lease (ARCHITECTURE.md §3), with the
+    """The `Completion` crawl.outcomes event that ends the page's lease (ARCHITECTURE.md §3), with the
     capture a later 304 revisit refers to (`capture_of`), if any."""
     result = bundle["result"]
     request = result["request"]
@@ -594,14 +595,14 @@ def events_for(bundle: ParsedBundle, where: Location | None,
     for batch in discovered_batches(bundle, recent):
         events.append((TOPIC_FRONTIER, batch["host"], encode(dict(batch))))
     completion = completion_event(bundle, capture)
-    events.append((TOPIC_FRONTIER, completion["host"], encode(dict(completion))))
+    events.append((TOPIC_OUTCOMES, completion["host"], encode(dict(completion))))
     return events
 
 
 def ip_done_output(result: FetchResult) -> Event:
     """The `ip_done` event that frees the fetch's IP gate slot, keyed by its gate key (udfs.ip_gate)."""
     event = ip_done_event(dict(result["request"]), SCHEMA_VERSION, result.get("fetch_status"))
-    return TOPIC_FRONTIER, event["gate_key"], encode(event)
+    return TOPIC_OUTCOMES, event["gate_key"], encode(event)
 
 
 class PageArchiver:

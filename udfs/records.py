@@ -5,8 +5,11 @@ version `v`, so a new release can read what an old one wrote (ARCHITECTURE.md §
 below document the fields; `encode`/`decode` are the one place that turns them into topic bytes.
 
 Topics
-- `crawl.frontier` (key = host_key): `DiscoveredBatch`, `Completion`, `RobotsResult`, `TdmrepResult` events; and
-  `IpDone` (key = the IP gate key), which the job routes to the IP gate instead of the frontier.
+- `crawl.frontier` (key = host_key): `DiscoveredBatch` events: new URLs from pages, seeds, redirects.
+- `crawl.outcomes` (key = host_key): what became of each lease: `Completion`, `RobotsResult`,
+  `TdmrepResult` events; and `IpDone` (key = the IP gate key), routed to the IP gate, not the frontier.
+  Apart from discoveries so a backlog of new URLs never delays the end of a lease (decision 1610).
+  Both topics carry the one event schema and the job reads any event type from either.
 - `pages.parsed`   (key = url_fp as decimal text): `ParsedPage`.
 Between operators: `FetchRequest` (frontier → fetcher), `FetchResult` (fetcher → parse / WARC).
 """
@@ -21,10 +24,11 @@ SCHEMA_VERSION = 1
 
 # Topic names, in one place.
 TOPIC_FRONTIER = "crawl.frontier"
+TOPIC_OUTCOMES = "crawl.outcomes"
 TOPIC_PAGES = "pages.parsed"
 TOPIC_CONTROL = "crawl.control"
 TOPIC_STATUS = "crawl.status"
-ALL_TOPICS = (TOPIC_FRONTIER, TOPIC_PAGES, TOPIC_CONTROL, TOPIC_STATUS)
+ALL_TOPICS = (TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, TOPIC_CONTROL, TOPIC_STATUS)
 
 
 class FetchStatus(str, enum.Enum):
@@ -126,7 +130,7 @@ class TdmrepResult(TypedDict):
 
 class IpDone(TypedDict):
     """The end of one fetch for the IP gate (udfs.ip_gate): frees the slot of `lease_id` on `gate_key`.
-    Sent on crawl.frontier with key = gate_key; the job routes it to the gate, never to the frontier."""
+    Sent on crawl.outcomes with key = gate_key; the job routes it to the gate, never to the frontier."""
 
     v: int
     type: Literal["ip_done"]
@@ -222,7 +226,8 @@ def json_object(raw: bytes | str, what: str = "record") -> dict[str, Any]:
 
 
 def decode_frontier_event(raw: bytes | str) -> dict[str, Any]:
-    """Parse and check one `crawl.frontier` value; raises ContractError with the reason when malformed."""
+    """Parse and check one `crawl.frontier` or `crawl.outcomes` value; raises ContractError with the
+    reason when malformed."""
     event = json_object(raw, "event")
     version = event.get("v")
     if version != SCHEMA_VERSION:

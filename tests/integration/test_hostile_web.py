@@ -31,7 +31,7 @@ from tests.synthweb.links import denied_bait_url
 from tests.synthweb.model import METADATA_IP, Web, policy_to_dict
 from tests.synthweb.reqlog import requests_only
 from udfs.config import load_config
-from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES
+from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 from udfs.traps import session_key
 
 # REAL robots bodies are left out of the mix: their rules could hide a hostile page from the crawl.
@@ -141,7 +141,9 @@ def _crawl(server: SyntheticWebProcess, listener: ConnectionCounter | None, bait
     finally:
         client.cancel().result()
         server.stop()
-    frontier = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_FRONTIER, start_ms)]
+    # The loop's events: discoveries on crawl.frontier, the ends of leases on crawl.outcomes.
+    frontier = [json.loads(v) for topic in (TOPIC_FRONTIER, TOPIC_OUTCOMES)
+                for _, v in records_since(kafka_bootstrap, topic, start_ms)]
     pages = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_PAGES, start_ms)]
     log = load_log(server.log_path)
     return {"config": config, "log": log, "requests": requests_only(log), "frontier": frontier, "pages": pages,

@@ -40,7 +40,7 @@ from tests.synthweb import SyntheticWebProcess, Violation, audit_politeness, bui
 from tests.synthweb.model import policy_from_dict
 from tests.warc_validators import warcio_check
 from udfs.config import load_config
-from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES
+from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 from udfs.warc import WarcBuilder
 
 BUILDER = WarcBuilder()
@@ -274,6 +274,10 @@ class ClusterCrawl:
         return [json.loads(v) for _, v in kafka_io.consume(self.broker.bootstrap, topic, since_ms=self.start_ms,
                                                             timeout_s=30)]
 
+    def events(self) -> list[dict]:
+        """The loop's events: discoveries (crawl.frontier), then completions and robots results (crawl.outcomes)."""
+        return self.topic(TOPIC_FRONTIER) + self.topic(TOPIC_OUTCOMES)
+
     def requests(self) -> list[dict]:
         """The server's page requests (robots.txt left out), in the order they started."""
         return sorted((r for r in load_log(self.web.log_path)
@@ -287,8 +291,8 @@ class ClusterCrawl:
         return {_host_path(url) for url in self.discovered().values()} - seen
 
     def unfinished(self) -> set[str]:
-        """Admitted URLs without a completion on crawl.frontier (the crawler's own account, live)."""
-        events = self.topic(TOPIC_FRONTIER)
+        """Admitted URLs without a completion on crawl.outcomes (the crawler's own account, live)."""
+        events = self.events()
         completed = {e["fp"] for e in events if e.get("type") == "completion"}
         return {url for fp, url in self.discovered(events).items() if fp not in completed}
 
@@ -313,7 +317,7 @@ class ClusterCrawl:
 
     def finished(self, quiet_s: float = 5.0) -> bool:
         """Every admitted URL completed, the last completion `quiet_s` ago (its discoveries are out)."""
-        events = self.topic(TOPIC_FRONTIER)
+        events = self.events()
         completions = [e for e in events if e.get("type") == "completion"]
         done = {e["fp"] for e in completions}
         return (bool(completions) and set(self.discovered(events)) <= done
@@ -421,7 +425,7 @@ def killed(cluster: FlinkCluster, kafka_broker: KafkaBroker,
         for orphan in orphans:
             os.kill(orphan, signal.SIGKILL)
     requests = crawl.requests()
-    (work / "frontier.jsonl").write_text("".join(json.dumps(e) + "\n" for e in crawl.topic(TOPIC_FRONTIER)))
+    (work / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in crawl.events()))
     assert restored is not None
     checkpoint_at = restored["trigger_timestamp"] / 1000
     # Fetches the restored state did not know of: those whose completion reached the frontier after

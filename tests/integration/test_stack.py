@@ -24,7 +24,7 @@ from crawler.kafka_broker import MAX_MESSAGE_BYTES, KafkaBroker
 from crawler.kafka_io import TopicSpec
 from crawler.stack import DEFAULT_STATE_DIR, StackConfig
 from tests.integration.harness import free_port
-from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_PAGES
+from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 
 pytestmark = pytest.mark.integration
 
@@ -40,10 +40,10 @@ def _topic_config(bootstrap: str, topic: str, key: str) -> str:
 def test_broker_creates_every_crawler_topic(kafka_bootstrap: str) -> None:
     topics = kafka_io.list_topics(kafka_bootstrap)
     assert set(ALL_TOPICS) <= set(topics)
-    assert topics[TOPIC_FRONTIER] == 4
+    assert topics[TOPIC_FRONTIER] == topics[TOPIC_OUTCOMES] == 4
 
 
-@pytest.mark.parametrize("topic", [TOPIC_FRONTIER, TOPIC_PAGES])
+@pytest.mark.parametrize("topic", [TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES])
 def test_big_topics_accept_16_mib_messages(kafka_bootstrap: str, topic: str) -> None:
     assert int(_topic_config(kafka_bootstrap, topic, "max.message.bytes")) == MAX_MESSAGE_BYTES
 

@@ -22,7 +22,7 @@ from operators.warc_writer import (
 )
 from tests.warc_validators import all_validators, jwarc_available, warcio_check
 from udfs.recent import DiscoveryPolicy, RecentUrls
-from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES, FetchRequest, FetchResult, FetchStatus
+from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, FetchRequest, FetchResult, FetchStatus
 from udfs.urls import url_fp
 from udfs.warc import WarcBuilder
 
@@ -146,7 +146,8 @@ def events_of(name: str, where: Location | None = Location("/w/x.warc.gz", 10, 2
     for topic, key, value in events_for(parse_result(CASES[name]), where):
         event = json.loads(value)
         kind = "pages" if topic == TOPIC_PAGES else event["type"]
-        assert topic == TOPIC_PAGES or topic == TOPIC_FRONTIER
+        # Discoveries go to crawl.frontier, the end of the lease to crawl.outcomes (decision 1610).
+        assert topic == {"pages": TOPIC_PAGES, "discovered": TOPIC_FRONTIER, "completion": TOPIC_OUTCOMES}[kind]
         assert key == (str(event["url_fp"]) if topic == TOPIC_PAGES else event["host"])
         out[kind].append(event)
     return out
@@ -221,7 +222,7 @@ def test_other_outcomes_give_only_a_completion(name: str, fetch_status: str, htt
 def test_noindex_page_is_archived_but_not_published() -> None:
     noindex = result(body=b"<html><head><meta name='robots' content='noindex'></head><body>x</body></html>")
     events = events_for(parse_result(noindex), Location("/w/x.warc.gz", 0, 1))
-    assert [json.loads(v)["type"] for t, _, v in events if t == TOPIC_FRONTIER] == ["completion"]
+    assert [json.loads(v)["type"] for t, _, v in events if t != TOPIC_PAGES] == ["completion"]
     assert not [e for e in events if e[0] == TOPIC_PAGES]
 
 

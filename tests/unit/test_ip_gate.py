@@ -14,7 +14,7 @@ from operators.warc_writer import ip_done_output
 from udfs import frontier_logic as fl
 from udfs import ip_gate as ig
 from udfs.config import load_config
-from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, decode_frontier_event
+from udfs.records import SCHEMA_VERSION, TOPIC_OUTCOMES, decode_frontier_event
 
 IP = "127.0.0.7"
 NOW = 1_000_000.0
@@ -31,7 +31,7 @@ def request(host: str, seq: int = 1, ip: str | None = IP) -> dict:
 def done(req: dict, fetch_status: str = "ok") -> dict:
     """An ip_done as the job receives it: written by the WARC writer, read back from crawl.frontier."""
     topic, key, value = ip_done_output({"request": req, "fetch_status": fetch_status})
-    assert topic == TOPIC_FRONTIER and key == ig.gate_key(req)
+    assert topic == TOPIC_OUTCOMES and key == ig.gate_key(req)
     return decode_frontier_event(value)
 
 

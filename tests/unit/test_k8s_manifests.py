@@ -21,7 +21,7 @@ from crawler.kafka_broker import MAX_MESSAGE_BYTES
 from tests.paths import ROOT, SHARED
 from udfs.config import load_config
 from udfs.jobconfig import JobPolicy
-from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_PAGES
+from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 
 K8S = ROOT / "k8s"
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
@@ -297,9 +297,11 @@ def test_kafka_topics_are_exactly_the_topics_of_the_records_module():
 
 def test_big_topics_accept_the_brokers_largest_message_and_the_frontier_is_never_compacted():
     topics = {_topic_name(doc): doc["spec"] for doc in _all("KafkaTopic")}
-    for name in (TOPIC_FRONTIER, TOPIC_PAGES):
+    for name in (TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES):
         assert topics[name]["config"]["max.message.bytes"] == MAX_MESSAGE_BYTES
-    assert topics[TOPIC_FRONTIER]["config"]["cleanup.policy"] == "delete"
+    for name in (TOPIC_FRONTIER, TOPIC_OUTCOMES):
+        assert topics[name]["config"]["cleanup.policy"] == "delete"
+    assert topics[TOPIC_OUTCOMES]["partitions"] == topics[TOPIC_FRONTIER]["partitions"]
     (kafka,) = _all("Kafka")
     assert kafka["spec"]["kafka"]["config"]["message.max.bytes"] >= MAX_MESSAGE_BYTES
     assert kafka["spec"]["kafka"]["config"]["replica.fetch.max.bytes"] >= MAX_MESSAGE_BYTES
