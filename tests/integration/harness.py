@@ -23,10 +23,10 @@ from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 
 from crawler import kafka_io
-from crawler.crawl import seed_events
+from crawler.crawl import records_since, seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source, python_worker_settings
 from udfs.config import CrawlConfig
-from udfs.records import TOPIC_FRONTIER, decode_frontier_event
+from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, decode_frontier_event
 
 
 def free_port() -> int:
@@ -102,6 +102,13 @@ def assert_quiet(results: queue.Queue, seconds: float, why: str) -> None:
     except queue.Empty:
         return
     pytest.fail(f"unexpected output ({why}): {item!r}")
+
+
+def loop_events(kafka_bootstrap: str, since_ms: int) -> list[dict[str, Any]]:
+    """The loop's events since `since_ms`: discoveries on crawl.frontier, then the ends of leases
+    (completions, robots and tdmrep results, ip_done) on crawl.outcomes (decision 1610)."""
+    return [json.loads(v) for topic in (TOPIC_FRONTIER, TOPIC_OUTCOMES)
+            for _, v in records_since(kafka_bootstrap, topic, since_ms)]
 
 
 def start_crawl_job(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Path, name: str,

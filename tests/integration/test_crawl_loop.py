@@ -20,7 +20,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.crawl import records_since
-from tests.integration.harness import start_crawl_job
+from tests.integration.harness import loop_events, start_crawl_job
 from tests.paths import ROOT
 from tests.synthweb import RobotsVariant, SyntheticWebProcess, Web, WebPolicy, audit_politeness, build_web, load_log
 from tests.synthweb.model import Host, policy_to_dict
@@ -29,7 +29,7 @@ from tests.synthweb.tdmrep import TDMREP_PATH, tdmrep_body
 from tests.warc_validators import assert_all_accept
 from udfs.config import load_config
 from udfs.optout import tdmrep_rule
-from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
+from udfs.records import TOPIC_PAGES
 
 N_HOSTS = 12
 # A web whose 12 hosts include a robots.txt answering 503, Disallow rules (plain and with wildcards)
@@ -121,9 +121,7 @@ def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory:
             client.cancel().result()
     finally:
         web.stop()
-    # The loop's events: discoveries on crawl.frontier, the ends of leases on crawl.outcomes.
-    frontier = [json.loads(v) for topic in (TOPIC_FRONTIER, TOPIC_OUTCOMES)
-                for _, v in records_since(kafka_bootstrap, topic, start_ms)]
+    frontier = loop_events(kafka_bootstrap, start_ms)
     yield {"config": config, "pages": pages, "frontier": frontier, "log": load_log(web.log_path),
            "web": described, "warc_root": warc_root}
 

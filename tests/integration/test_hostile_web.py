@@ -23,7 +23,7 @@ import pytest
 from pyflink.common.job_status import JobStatus
 
 from crawler.crawl import records_since
-from tests.integration.harness import start_crawl_job
+from tests.integration.harness import loop_events, start_crawl_job
 from tests.synthweb import (Behaviour, RobotsVariant, SyntheticWebProcess, WebPolicy, audit_politeness, build_web,
                             load_log)
 from tests.synthweb.audit import ip_concurrency
@@ -31,7 +31,7 @@ from tests.synthweb.links import denied_bait_url
 from tests.synthweb.model import METADATA_IP, Web, policy_to_dict
 from tests.synthweb.reqlog import requests_only
 from udfs.config import load_config
-from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
+from udfs.records import TOPIC_PAGES
 from udfs.traps import session_key
 
 # REAL robots bodies are left out of the mix: their rules could hide a hostile page from the crawl.
@@ -141,9 +141,7 @@ def _crawl(server: SyntheticWebProcess, listener: ConnectionCounter | None, bait
     finally:
         client.cancel().result()
         server.stop()
-    # The loop's events: discoveries on crawl.frontier, the ends of leases on crawl.outcomes.
-    frontier = [json.loads(v) for topic in (TOPIC_FRONTIER, TOPIC_OUTCOMES)
-                for _, v in records_since(kafka_bootstrap, topic, start_ms)]
+    frontier = loop_events(kafka_bootstrap, start_ms)
     pages = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_PAGES, start_ms)]
     log = load_log(server.log_path)
     return {"config": config, "log": log, "requests": requests_only(log), "frontier": frontier, "pages": pages,
