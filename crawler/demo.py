@@ -48,6 +48,6 @@ demo finished.
   WARC files     {out / 'warc'}
   parsed pages   {out / 'pages.jsonl'} (also on Kafka topic pages.parsed at {stack.kafka.bootstrap})
   summary        {out / 'summary.json'}
-  frontier       Kafka topic crawl.frontier at {stack.kafka.bootstrap}
+  frontier       Kafka topics crawl.frontier (discoveries) and crawl.outcomes (completions) at {stack.kafka.bootstrap}
   dashboard      {stack.flink.rest_url} (the stack keeps running: `crawler status`, `crawler down`)""")
     return 0
