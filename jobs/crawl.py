@@ -6,9 +6,9 @@ test can run the real graph (ARCHITECTURE.md §1; STYLE.md "whole dataflows test
 
 Flink 2.x has no iterations, so the loop closes through Kafka: the WARC writer's discoveries go back
 to `crawl.frontier`, and the ends of leases (completions, the fetcher's robots.txt and tdmrep.json
-results) to `crawl.outcomes`, both keyed by host; `ip_done` events on `crawl.outcomes` (keyed by server
-address) free the IP gate's slots between the frontier and the fetcher. Two topics, read by two sources,
-so that a backlog of discoveries never holds back the end of a lease (decision 1610).
+results) to `crawl.outcomes`, both keyed by host. Two topics, read by two sources, so that a backlog of
+discoveries never holds back the end of a lease (decision 1610). The fetcher is keyed by server
+address and keeps the per-address limit itself (decision 1612).
 Operator commands on `crawl.control` are validated and broadcast to every frontier subtask.
 """
 from __future__ import annotations
@@ -36,12 +36,10 @@ from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescri
 
 from operators.fetch import fetch_stage
 from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
-from operators.ip_gate import IpGateFunction
 from operators.modes import set_python_mode
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
 from udfs.control import parse_control
-from udfs.ip_gate import releases_of, routing_key
 from udfs.records import (
     TOPIC_CONTROL,
     TOPIC_FRONTIER,
@@ -121,12 +119,9 @@ def _valid_events(item: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _frontier_events(item: dict[str, Any]) -> list[dict[str, Any]]:
-    """Events for the frontier: all valid ones but `ip_done` (the IP gate's; keyed by gate key, not host)."""
+    """Events for the frontier: all valid ones but `ip_done`, which only jobs from before decision 1612
+    wrote (for an IP gate that now lives in the fetcher); a restored job may still read some."""
     return [item["event"]] if item["kind"] == "event" and item["event"]["type"] != "ip_done" else []
-
-
-def _gate_releases(item: dict[str, Any]) -> list[dict[str, Any]]:
-    return releases_of(item["event"]) if item["kind"] == "event" else []
 
 
 def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sinks, config: CrawlConfig) -> None:
@@ -160,21 +155,14 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                      .uid("valid-outcomes").name("valid outcomes")))
     requests = attach_frontier(events.key_by(lambda event: event["host"], key_type=Types.STRING()),
                                broadcast_controls(valid_controls), frontier, EVENT_TYPE)
-    # Host names sharing a server share its budget: requests wait at a gate keyed by address until
-    # the ip_done of an earlier fetch on that address frees a slot (udfs/ip_gate.py). Releases are
-    # read from both topics: a job upgraded from one that sent them on crawl.frontier still gets them.
-    releases = (decoded.flat_map(_gate_releases, output_type=EVENT_TYPE).uid("gate-releases").name("gate releases")
-                .union(outcomes.flat_map(_gate_releases, output_type=EVENT_TYPE)
-                       .uid("outcome-gate-releases").name("outcome gate releases")))
-    requests = (requests.union(releases)
-                .key_by(routing_key, key_type=Types.STRING())
-                .process(IpGateFunction(config.ipgate), output_type=EVENT_TYPE).uid("ip-gate").name("ip gate"))
 
+    # Host names sharing a server share its budget: the fetcher is keyed by server address and
+    # holds each address's limit itself (decision 1612).
     set_python_mode(env, "process")
     fetched = fetch_stage(requests, config.fetch, job.fetch_capacity, job.warc_root,
                           extract_policy=config.extract, warc_policy=config.warc, storage=config.storage,
                           fetch_parallelism=job.fetch_parallelism, dedup=config.dedup,
-                          discovery=config.discovery, optout=config.optout)
+                          discovery=config.discovery, optout=config.optout, gate=config.ipgate)
     set_python_mode(env, "thread")
 
     sinks.emit(env, fetched.union(rejects))

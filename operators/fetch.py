@@ -1,4 +1,4 @@
-"""The fetcher: a PyFlink AsyncFunction that turns each FetchRequest into one FetchResult.
+"""The fetcher: a keyed PyFlink process function that turns each FetchRequest into one FetchResult.
 
 Pipeline position (ARCHITECTURE.md §1): frontier → **fetch** → parse / WARC (pages) or crawl.outcomes
 (robots.txt and tdmrep.json, the per-host preflight files, fetched alike: decision 1930). Per request:
@@ -9,12 +9,14 @@ and guarded again)
 → limits while reading. The connection is made to the guarded address itself: aiohttp asks our
 resolver, which answers only with addresses it has just checked, so DNS rebinding cannot swap them.
 
-Every outcome, limit or failure is a FetchResult with a status and reason; nothing raises out of
-`async_invoke`. Not keyed: the frontier releases at most one request per host (politeness is upstream).
+Every outcome, limit or failure is a FetchResult with a status and reason; nothing raises out of a
+fetch. The frontier releases at most one request per host at its delay; the operator is keyed by
+server address and keeps the per-address limit itself (operators/fetch_loop.py, decision 1612).
 
 Metrics (group `fetch`, docs/metrics.md): outcomes by status class, bytes, 429s, robots.txt failures,
-DNS / connect / first-byte / total latency and the share of async capacity left idle. They are
-tallied on the event loop's thread and handed to Flink once per bundle (docs/decisions/1701).
+DNS / connect / first-byte / total latency and the share of fetch slots left idle; group `ipgate`:
+the per-address gate. They are tallied on the event loop's thread and handed to Flink once per
+bundle (docs/decisions/1701).
 """
 from __future__ import annotations
 
@@ -29,16 +31,18 @@ from typing import Any, Callable
 import aiohttp
 import brotli
 from yarl import URL
-from pyflink.common import Time, Types
-from pyflink.datastream import AsyncDataStream, DataStream
-from pyflink.datastream.functions import AsyncFunction, RuntimeContext
+from pyflink.common import Types
+from pyflink.datastream import DataStream, KeyedProcessFunction
+from pyflink.datastream.functions import RuntimeContext
 
 from operators.dedup import add_dedup
+from operators.fetch_loop import GATE_COUNTS, FetchLoop
 from operators.modes import set_python_mode
 from operators.parse import ParseFunction, is_robots, is_tdmrep, robots_output, tdmrep_outputs
 from operators.resolver import GuardedResolver, ResolveFailure, load_pins
 from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
 from udfs.dedup import DedupPolicy
+from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy, routing_key
 from udfs.fetch_stats import COUNTS, PHASES, STATUS_CLASSES, FetchTally
 from udfs.latency import Occupancy, micros
 from udfs.fetch_status import (CappedDecoder, UnsupportedEncoding, fetch_result, header_value, redirect_target,
@@ -334,46 +338,95 @@ def as_request(value: Any) -> FetchRequest | None:
     return value  # type: ignore[return-value]
 
 
-class FetchFunction(AsyncFunction):
-    """PyFlink async operator around `Fetcher` (process execution mode only); metric group `fetch`."""
+class FetchFunction(KeyedProcessFunction):
+    """The fetch operator, keyed by gate key (process execution mode): requests in, FetchResults out.
 
-    def __init__(self, policy: FetchPolicy, capacity: int = 1) -> None:
+    The fetches run on a FetchLoop's thread, behind the per-address gate (decision 1612); this shell
+    hands each request over and passes on whatever has finished whenever Flink gives it the thread:
+    at the next request, or at a processing-time poll timer kept armed while anything is pending.
+    When every fetch slot is taken it waits for one to end before it returns, so back pressure
+    reaches the frontier. Metric groups `fetch` and `ipgate`.
+    """
+
+    def __init__(self, policy: FetchPolicy, capacity: int = 1,
+                 gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY, poll_ms: int = 20) -> None:
         self._policy = policy
         self._capacity = capacity
-        self._fetcher: Fetcher | None = None
+        self._gate = gate
+        self._poll_ms = poll_ms
+        self._loop: FetchLoop | None = None
+        self._poll_at = 0
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self._tally = FetchTally()
-        self._occupancy = Occupancy(self._capacity)
-        self._fetcher = Fetcher(self._policy, load_pins(self._policy), tally=self._tally)
+        fetcher = Fetcher(self._policy, load_pins(self._policy), tally=self._tally)
+        self._loop = FetchLoop(fetcher.fetch, self._gate, self._capacity)
+        self._loop.on_stop(fetcher.close)
+        self._loop.start()
+        self._poll_at = 0
         if runtime_context is not None:  # None: driven directly, outside Flink (tests)
-            _FetchMetrics(runtime_context.get_metrics_group().add_group("fetch"),
-                          self._tally, self._fetcher.resolver, self._occupancy)
+            metrics = runtime_context.get_metrics_group()
+            _FetchMetrics(metrics.add_group("fetch"), self._tally, fetcher.resolver, self._loop.occupancy)
+            _GateMetrics(metrics.add_group("ipgate"), self._loop)
 
     def close(self) -> None:
-        if self._fetcher is not None:
-            self._fetcher.detach()
-            self._fetcher = None
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
 
-    async def async_invoke(self, value: Any) -> list[FetchResult]:
-        assert self._fetcher is not None, "open() was not called"
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
+        loop = self._loop
+        assert loop is not None, "open() was not called"
         request = as_request(value)
         if request is None:
-            return [self._counted(_failure(_UNREADABLE, FetchStatus.ERROR,
-                                           f"unreadable request: {str(value)[:200]!r}"))]
-        self._occupancy.start()
-        try:
-            return [await self._fetcher.fetch(request)]
-        finally:
-            self._occupancy.end()
+            yield self._counted(_failure(_UNREADABLE, FetchStatus.ERROR, f"unreadable request: {str(value)[:200]!r}"))
+            return
+        loop.submit(request)
+        while loop.saturated():
+            loop.wait(self._poll_ms / 1000.0)
+            yield from loop.drain()
+        yield from loop.drain()
+        self._arm_poll(ctx)
 
-    def timeout(self, value: Any) -> list[FetchResult]:
-        return [self._counted(_failure(as_request(value) or _UNREADABLE, FetchStatus.TIMEOUT,
-                                       "async operator deadline passed"))]
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext):
+        assert self._loop is not None, "open() was not called"
+        if timestamp >= self._poll_at:
+            self._poll_at = 0
+        yield from self._loop.drain()
+        self._arm_poll(ctx)
+
+    def _arm_poll(self, ctx: KeyedProcessFunction.Context) -> None:
+        """Keep one poll timer pending while the loop has work (on whichever key is current: the
+        timer only gives this function the thread, and results of every key leave at any call)."""
+        assert self._loop is not None
+        if self._poll_at or self._loop.idle():
+            return
+        self._poll_at = ctx.timer_service().current_processing_time() + self._poll_ms
+        ctx.timer_service().register_processing_time_timer(self._poll_at)
 
     def _counted(self, result: FetchResult) -> FetchResult:
         self._tally.record(result)
         return result
+
+
+class _GateMetrics:
+    """The `ipgate` metric group: the loop's gate counters handed to Flink at each bundle's end (as
+    `_FetchMetrics`, decision 1701), and its levels as gauges."""
+
+    def __init__(self, group: Any, loop: FetchLoop) -> None:
+        self._loop = loop
+        self._counters = {name: group.counter(name) for name in GATE_COUNTS}
+        self._seen = dict.fromkeys(GATE_COUNTS, 0)
+        group.gauge("in_flight", self._flush)   # registered first, so read first
+        group.gauge("waiting", lambda: max(0, loop.waiting))
+        group.gauge("saturated_keys", lambda: max(0, loop.saturated_keys))
+
+    def _flush(self) -> int:
+        for name in GATE_COUNTS:
+            value = self._loop.counts[name]
+            self._counters[name].inc(value - self._seen[name])
+            self._seen[name] = value
+        return self._loop.running
 
 
 class _FetchMetrics:
@@ -429,11 +482,12 @@ def _failure(request: FetchRequest, status: FetchStatus, reason: str) -> FetchRe
 FETCH_RESULT_TYPE = Types.PICKLED_BYTE_ARRAY()
 
 
-def add_fetch(requests: DataStream, policy: FetchPolicy, capacity: int) -> DataStream:
-    """Attach the fetcher to a stream of FetchRequests; the operator deadline leaves 5 s of slack."""
-    deadline_ms = int((policy.total_timeout_s + 5.0) * 1000)
-    return AsyncDataStream.unordered_wait(requests, FetchFunction(policy, capacity), Time.milliseconds(deadline_ms),
-                                          capacity, FETCH_RESULT_TYPE)
+def add_fetch(requests: DataStream, policy: FetchPolicy, capacity: int,
+              gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY) -> DataStream:
+    """Attach the fetcher to a stream of FetchRequests, keyed by gate key so that each server address
+    has one owner, which keeps its limit (decision 1612)."""
+    return (requests.key_by(routing_key, key_type=Types.STRING())
+            .process(FetchFunction(policy, capacity, gate), output_type=FETCH_RESULT_TYPE))
 
 
 def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_root: str,
@@ -444,16 +498,19 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 fetch_parallelism: int | None = None,
                 dedup: DedupPolicy = DedupPolicy(),
                 discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY,
-                optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> DataStream:
+                optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
+                gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
     The graph of §1 from fetch to the two sinks: fetch → robots and tdmrep results (crawl.outcomes), and
-    fetch → parse → content dedup → WARC writer (pages.parsed, crawl.frontier, crawl.outcomes). The async fetch
+    fetch → parse → content dedup → WARC writer (pages.parsed, crawl.frontier, crawl.outcomes). The fetch
     operator needs the `process` execution mode to be in force when this is called (ARCHITECTURE.md
     §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
     the job-level mode they need, is in force on return.
     """
-    fetched = add_fetch(requests, policy, capacity).uid("fetch").name("fetch")
+    # A new uid with decision 1612: the async operator it replaces ("fetch") and the IP gate before it
+    # ("ip-gate") are gone, so a savepoint from before restores with --allowNonRestoredState.
+    fetched = add_fetch(requests, policy, capacity, gate).uid("fetch-by-address").name("fetch")
     if fetch_parallelism is not None:
         fetched = fetched.set_parallelism(fetch_parallelism)
     # PyFlink fuses consecutive Python functions into one operator, which keeps only one of their uids

@@ -18,7 +18,6 @@ from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
 from udfs.dedup import DedupVerdict
 from udfs.fetch_status import is_complete_page
-from udfs.ip_gate import gate_key, ip_done_event
 from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
@@ -88,7 +87,7 @@ def robots_event(result: FetchResult, max_bytes: int) -> RobotsResult:
         v=SCHEMA_VERSION, type="robots", host=request["host"], lease_id=request["lease_id"],
         fetch_status=result["fetch_status"], http_status=result["http_status"],
         fetched_at=result["done_at"], fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3),
-        body_b64=b64(result["body"][:max_bytes]), ip=result.get("ip"), gate_key=gate_key(dict(request)),
+        body_b64=b64(result["body"][:max_bytes]), ip=result.get("ip"),
     )
 
 
@@ -121,11 +120,9 @@ def tdmrep_event(result: FetchResult, max_bytes: int) -> TdmrepResult:
 
 
 def tdmrep_outputs(result: FetchResult, max_bytes: int) -> list[tuple[str, str, bytes]]:
-    """A tdmrep.json result as crawl.outcomes records: its `TdmrepResult` (key = host) and the `IpDone`
-    that frees its IP gate slot (key = gate key), as the WARC writer sends for a page."""
+    """A tdmrep.json result as crawl.outcomes records: its `TdmrepResult` (key = host)."""
     event = tdmrep_event(result, max_bytes)
-    done = ip_done_event(dict(result["request"]), SCHEMA_VERSION, result["fetch_status"])
-    return [(TOPIC_OUTCOMES, event["host"], encode(dict(event))), (TOPIC_OUTCOMES, done["gate_key"], encode(done))]
+    return [(TOPIC_OUTCOMES, event["host"], encode(dict(event)))]
 
 
 class ParseFunction(FlatMapFunction):

@@ -1,7 +1,7 @@
 """The WARC writer: archives each page fetch, then tells the rest of the crawl about it.
 
 Pipeline position (ARCHITECTURE.md §1): parse → **WARC writer** → pages.parsed, crawl.frontier
-(discoveries) and crawl.outcomes (completions, ip_done).
+(discoveries) and crawl.outcomes (completions).
 For each ParsedBundle it appends a response + request record pair (one gzip member each, built by
 `udfs.warc`; as the dedup verdict says, a revisit instead of the response for an exact duplicate and
 a metadata record for a near-duplicate: decisions 1300-1301) to `crawl/{date}/{subtask}/{seq}.warc.gz`
@@ -46,7 +46,6 @@ from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle
 from udfs.dedup import DedupVerdict, metadata_fields
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, retry_after_seconds
-from udfs.ip_gate import ip_done_event
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion, DiscoveredBatch,
                           FetchResult, FetchStatus, ParsedPage, UrlEntry, encode)
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
@@ -599,12 +598,6 @@ def events_for(bundle: ParsedBundle, where: Location | None,
     return events
 
 
-def ip_done_output(result: FetchResult) -> Event:
-    """The `ip_done` event that frees the fetch's IP gate slot, keyed by its gate key (udfs.ip_gate)."""
-    event = ip_done_event(dict(result["request"]), SCHEMA_VERSION, result.get("fetch_status"))
-    return TOPIC_OUTCOMES, event["gate_key"], encode(event)
-
-
 class PageArchiver:
     """Archives page fetches and hands back each one's events once its records are durable (invariant 5).
 
@@ -720,5 +713,3 @@ class WarcWriterFunction(ProcessFunction):
         for event in events:
             self._counters["published" if event[0] == TOPIC_PAGES else "frontier_events"].inc()
             yield event
-        # The fetch is over whatever waits for an upload: its server's IP gate slot is free now.
-        yield ip_done_output(value["result"])

@@ -1,13 +1,14 @@
 """The per-IP politeness gate: host names that share a server share its budget (ARCHITECTURE.md §2
 invariant 1, "and per IP, with a separate IP limit for shared hosting").
 
-The frontier keeps one lease per host; this gate sits between it and the fetcher, keyed by the
-request's gate key (`gate_key`): the server address when the frontier knows it (a static pin or the
-address of the host's last fetch), else `host:<host>`, which degenerates to the per-host rule. Per key
-it queues requests and releases at most `max_in_flight` at once, `min_gap_s` apart; each release is a
-lease that ends with an `ip_done` event (one per fetch outcome) or at its deadline (at-least-once).
+The frontier keeps one lease per host; the fetcher, keyed by the request's gate key (`gate_key`: the
+server address when the frontier knows it, a static pin or the address of the host's last fetch, else
+`host:<host>`, which degenerates to the per-host rule), keeps this gate for each of its keys
+(operators/fetch_loop.py, decision 1612). Per key it queues requests and releases at most
+`max_in_flight` at once, `min_gap_s` apart; each release is a lease that ends with an `ip_done` (one
+per fetch outcome) or at its deadline.
 
-Pure: values in, values out. The Flink shell is `operators/ip_gate.py`.
+Pure: values in, values out.
 """
 from __future__ import annotations
 
@@ -43,8 +44,10 @@ class IpGatePolicy:
     min_gap_s: least time between two releases on one address (0: only concurrency is limited).
     cdn_cidrs: address ranges of CDNs / large shared front ends that take more (e.g. "151.101.0.0/16").
     cdn_max_in_flight, cdn_min_gap_s: the looser limits for addresses in `cdn_cidrs`.
-    lease_timeout_s: a released request with no `ip_done` by then frees its slot anyway (30 s: the
-        fetcher's 10 s total timeout plus the Kafka round trip back, as the frontier's lease).
+    lease_timeout_s: a released request with no `ip_done` by then frees its slot anyway. Since the
+        fetcher keeps the gate (decision 1612) every fetch ends in its own `ip_done`, and the fetcher
+        gives its leases no deadline: this value is accepted, so configurations that set it still
+        load, and has no effect there.
     max_queue: requests waiting per key; more are refused and counted, and their frontier lease
         expires so the URL is queued again at its host (bounded state, §2 invariant 6).
     max_wait_s: a request waiting longer than this is dropped at release time, and so is a queued
@@ -147,19 +150,6 @@ def ip_done_event(request: dict[str, Any], schema_version: int, fetch_status: An
     return {"v": schema_version, "type": "ip_done", "host": request.get("host"),
             "gate_key": gate_key(request), "lease_id": request.get("lease_id"),
             "abandoned": fetch_status in ABANDONED}
-
-
-def releases_of(event: dict[str, Any]) -> list[dict[str, Any]]:
-    """The gate releases a decoded crawl.frontier event (§3) carries: an `ip_done` itself, or the one a robots
-    result implies (it names its `gate_key`; robots results leave the fetcher on their own branch)."""
-    kind = event.get("type") if isinstance(event, dict) else None
-    if kind == "ip_done":
-        return [event]
-    if kind == "robots" and isinstance(event.get("gate_key"), str):
-        return [{"v": event.get("v"), "type": "ip_done", "host": event.get("host"),
-                 "gate_key": event["gate_key"], "lease_id": event.get("lease_id"),
-                 "abandoned": event.get("fetch_status") in ABANDONED}]
-    return []
 
 
 @dataclass(frozen=True)

@@ -108,13 +108,12 @@ class RobotsResult(TypedDict):
     fetch_ms: float
     body_b64: str               # robots.txt body (capped by RobotsPolicy), base64
     ip: NotRequired[str | None]  # the server address fetched from
-    gate_key: NotRequired[str]  # the IP gate key of the request; the job frees that gate slot from it
+    gate_key: NotRequired[str]  # written by jobs before decision 1612 (an IP gate between frontier and fetcher); ignored
 
 
 class TdmrepResult(TypedDict):
     """The outcome of a `/.well-known/tdmrep.json` fetch (TDMRep; decision 1930), like `RobotsResult`:
-    the body (capped at OptOutPolicy.max_tdmrep_bytes) travels so the frontier can keep it in state.
-    The fetch's IP gate slot is freed by an `IpDone` sent beside it."""
+    the body (capped at OptOutPolicy.max_tdmrep_bytes) travels so the frontier can keep it in state."""
 
     v: int
     type: Literal["tdmrep"]
@@ -129,8 +128,10 @@ class TdmrepResult(TypedDict):
 
 
 class IpDone(TypedDict):
-    """The end of one fetch for the IP gate (udfs.ip_gate): frees the slot of `lease_id` on `gate_key`.
-    Sent on crawl.outcomes with key = gate_key; the job routes it to the gate, never to the frontier."""
+    """The end of one fetch for an IP gate that sat between the frontier and the fetcher until decision
+    1612 (the fetcher keeps the per-address limit itself now). No job writes it any more; it stays in
+    the contract so a job restored from an older one reads the ones left on crawl.outcomes (and drops
+    them: they never reach the frontier)."""
 
     v: int
     type: Literal["ip_done"]

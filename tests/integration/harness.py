@@ -106,7 +106,7 @@ def assert_quiet(results: queue.Queue, seconds: float, why: str) -> None:
 
 def loop_events(kafka_bootstrap: str, since_ms: int) -> list[dict[str, Any]]:
     """The loop's events since `since_ms`: discoveries on crawl.frontier, then the ends of leases
-    (completions, robots and tdmrep results, ip_done) on crawl.outcomes (decision 1610)."""
+    (completions, robots and tdmrep results) on crawl.outcomes (decision 1610)."""
     return [json.loads(v) for topic in (TOPIC_FRONTIER, TOPIC_OUTCOMES)
             for _, v in records_since(kafka_bootstrap, topic, since_ms)]
 

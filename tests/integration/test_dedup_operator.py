@@ -143,11 +143,8 @@ def _record_at(page: dict[str, Any]) -> Any:
 
 @pytest.mark.integration
 def test_fetch_stage_dedups_exact_and_near_duplicates_of_the_synthetic_web(tmp_path: Path) -> None:
-    from pyflink.common import Configuration, Types
-    from pyflink.datastream import StreamExecutionEnvironment
-
-    from jobs.crawl import python_worker_settings
     from operators.fetch import fetch_stage
+    from tests.integration.harness import FolderFeed, collected, next_output, thread_mode_env
     from tests.synthweb import Behaviour, HostOverride, RobotsVariant, SyntheticWeb, build_web, write_host_map
     from udfs.netguard import FetchPolicy
     from udfs.urls import host_key, normalize_url
@@ -159,28 +156,30 @@ def test_fetch_stage_dedups_exact_and_near_duplicates_of_the_synthetic_web(tmp_p
     write_host_map(web, host_map)
     policy = FetchPolicy(allow_cidrs=("127.0.0.0/8",), deny_cidrs=("127.255.0.0/16",), resolve_dns=False,
                          host_map_file=str(host_map))
-    config = Configuration()
-    # Short bundles: with one fetch in flight, each page would otherwise wait out a whole bundle (1 s).
-    for key, value in {**python_worker_settings(sys.executable), "python.execution-mode": "process",
-                       "python.fn-execution.bundle.time": "20"}.items():
-        config.set_string(key, value)
-    env = StreamExecutionEnvironment.get_execution_environment(config)
-    env.set_parallelism(1)
+    # Short bundles: with one fetch in flight, each page would otherwise wait out a whole bundle.
+    env = thread_mode_env({"python.execution-mode": "process", "python.fn-execution.bundle.time": "20"})
+    (tmp_path / "requests").mkdir()
+    feed = FolderFeed(tmp_path / "requests")
     # A subset keeps the job short: the first pages (the originals of /print/...), every page that
     # shares its source page with another (template twins, stories, prints), and an unchanged refetch.
     twins = [p for p in host.pages if sum(q.source == p.source for q in host.pages) > 1]
     chosen = list(host.pages[:6]) + [p for p in twins if p not in host.pages[:6]]
     steady = next(p for p in chosen if p.change_rate == 0.0 and not p.near_dup_of)
     order = chosen + [steady]
+    events: list[tuple[str, dict]] = []
     with SyntheticWeb(web) as server:
         urls = [normalize_url(server.url(host.name, p.path)) for p in order]
-        requests = [json.dumps(FetchRequest(host=host_key(u), url=u, fp=url_fp(u), kind="page", lease_id=f"L{i}",
-                                            depth=0, attempt=0)) for i, u in enumerate(urls)]
-        stream = env.from_collection(requests, type_info=Types.STRING())
-        # One fetch in flight: pages reach dedup in request order, so "first" is well defined.
-        events = [(topic, json.loads(bytes(b & 0xFF for b in value)))
-                  for topic, _, value in fetch_stage(stream, policy, 1, str(tmp_path / "warc"),
-                                                     dedup=DedupPolicy()).execute_and_collect("dedup-test")]
+        stream = feed.source(env).map(json.loads).uid("decode").name("decode")
+        with collected(fetch_stage(stream, policy, 1, str(tmp_path / "warc"), dedup=DedupPolicy()),
+                       "dedup-test") as results:
+            # One request at a time, the next after the last one's completion, as the frontier leases
+            # a host's pages: they reach dedup in request order, so "first" is well defined.
+            for i, u in enumerate(urls):
+                feed.send(dict(FetchRequest(host=host_key(u), url=u, fp=url_fp(u), kind="page", lease_id=f"L{i}",
+                                            depth=0, attempt=0)))
+                while not events or events[-1][1].get("lease_id") != f"L{i}":
+                    topic, _, value = next_output(results, timeout=120)[1]
+                    events.append((topic, json.loads(bytes(b & 0xFF for b in value))))
     published = [e for t, e in events if t == TOPIC_PAGES]
     assert sorted(p["url"] for p in published) == sorted(urls)
     request_number = {(e["url"], e["done_at"]): int(e["lease_id"][1:]) for t, e in events if e.get("type") == "completion"}

@@ -2,7 +2,9 @@
 
 A raw asyncio HTTP server (so tests control every byte and every delay) runs in a background thread.
 Most behaviours are proved on `Fetcher` directly (fast); one MiniCluster job runs a batch of requests
-through `FetchFunction` in `process` mode to prove the operator wires the same behaviour into Flink.
+through `fetch_stage` in `process` mode to prove the operator wires the same behaviour into Flink.
+The per-address gate the fetcher keeps (operators/fetch_loop.py) is proved from the server's side
+in tests/integration/test_fetch_loop.py.
 """
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import base64
 import gzip
 import json
 import socket
-import sys
 import threading
 import zlib
 from collections.abc import Awaitable, Callable, Iterator
@@ -20,9 +21,9 @@ from dataclasses import dataclass, field
 import brotli
 import pytest
 
-from jobs.crawl import python_worker_settings
-
 from operators.fetch import FetchFunction, Fetcher
+from tests.integration.harness import FolderFeed, collected, next_output, thread_mode_env
+from tests.integration.harness import assert_quiet as quiet
 from operators.resolver import GuardedResolver, ResolveFailure
 from udfs.fetch_status import header_value, redirect_target
 from udfs.netguard import FetchPolicy
@@ -434,17 +435,13 @@ def test_retry_after_and_status_survive_on_error_pages(web: LoopbackWeb) -> None
 
 @pytest.mark.integration
 def test_fetch_stage_in_a_minicluster_archives_pages_and_emits_every_event(web: LoopbackWeb, tmp_path) -> None:
-    from pyflink.common import Configuration, Types
-    from pyflink.datastream import StreamExecutionEnvironment
-
     from operators.fetch import fetch_stage
 
-    config = Configuration()
-    config.set_string("python.execution-mode", "process")
-    for key, value in python_worker_settings(sys.executable).items():  # dedup runs in thread mode
-        config.set_string(key, value)
-    env = StreamExecutionEnvironment.get_execution_environment(config)
-    env.set_parallelism(1)
+    # Process mode for the fetcher, thread mode for dedup (the job's split); an unbounded source,
+    # because the fetcher hands results out at processing-time polls, which a bounded input would end.
+    env = thread_mode_env({"python.execution-mode": "process"})
+    (tmp_path / "requests").mkdir()
+    feed = FolderFeed(tmp_path / "requests")
     denied = web.listeners[HOST_DENIED]
     before = denied.connections
     requests = [
@@ -456,16 +453,21 @@ def test_fetch_stage_in_a_minicluster_archives_pages_and_emits_every_event(web: 
         request(f"http://denied.test:{denied.port}/ok"),
     ]
     for i, req in enumerate(requests):
-        req["lease_id"] = f"L{i}"
-    # JSON text, as the frontier's Kafka records arrive (from_collection cannot carry dicts as pickles).
-    stream = env.from_collection([json.dumps(r) for r in requests], type_info=Types.STRING())
-    events = [(topic, key, json.loads(bytes(value)))
-              for topic, key, value in fetch_stage(stream, policy_for(web), 8, str(tmp_path)).execute_and_collect()]
+        # One lease per host, as the frontier gives them: the fetcher's gate keeps only the newest
+        # request of a host waiting (decision 0850), so each request here names a host of its own.
+        req["lease_id"], req["host"] = f"L{i}", f"h{i}.test"
+    feed.send(*requests)
+    stream = feed.source(env).map(json.loads).uid("decode").name("decode")
     by_type: dict[str, list[dict]] = {}
-    for topic, key, event in events:
-        by_type.setdefault(event.get("type", topic), []).append(event)
-    outcome = {e["lease_id"]: (e["fetch_status"], e["http_status"])
-               for e in by_type["completion"] + by_type["robots"]}
+    outcome: dict[str, tuple] = {}
+    with collected(fetch_stage(stream, policy_for(web), 8, str(tmp_path / "warc")), "fetch-stage-test") as results:
+        while len(outcome) < len(requests):
+            topic, _, value = next_output(results, timeout=120)[1]
+            event = json.loads(bytes(value))
+            by_type.setdefault(event.get("type", topic), []).append(event)
+            if event.get("type") in ("completion", "robots"):
+                outcome[event["lease_id"]] = (event["fetch_status"], event["http_status"])
+        quiet(results, 2.0, "every request has had its one outcome")
     assert outcome == {"L0": ("ok", 200), "L1": ("ok", 301), "L2": ("ok", 200), "L3": ("timeout", None),
                        "L4": ("ok", 200), "L5": ("blocked", None)}
     assert len(by_type["completion"]) == 5 and len(by_type["robots"]) == 1
@@ -502,13 +504,11 @@ def test_dns_rebinding_between_check_and_connect_is_blocked(web: LoopbackWeb) ->
     assert (denied.connections, site.connections) == before
 
 
-def test_fetch_function_turns_unreadable_input_and_deadlines_into_records(web: LoopbackWeb) -> None:
+def test_fetch_function_turns_unreadable_input_into_a_record(web: LoopbackWeb) -> None:
     function = FetchFunction(policy_for(web))
     function.open(None)  # type: ignore[arg-type]
     try:
-        (bad,) = asyncio.run(function.async_invoke(b"{not json"))
-        (late,) = function.timeout(json.dumps(request(url_a(web, "/ok"))))
+        (bad,) = list(function.process_element(b"{not json", None))  # type: ignore[arg-type]
     finally:
         function.close()
     assert bad["fetch_status"] == "error" and "unreadable request" in bad["reason"]
-    assert late["fetch_status"] == "timeout" and late["request"]["lease_id"] == "L1"

@@ -1,6 +1,6 @@
 """The per-IP gate (udfs/ip_gate.py; ARCHITECTURE.md §2 invariant 1, "and per IP"): never more than the
 limit in flight per address, releases at least the gap apart, a lost ip_done frees its slot at the
-deadline, CDN ranges are looser, and the events that free slots are made for every fetch outcome."""
+deadline, CDN ranges are looser. The fetcher's loop keeps it (operators/fetch_loop.py, decision 1612)."""
 from __future__ import annotations
 
 import json
@@ -9,12 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.parse import robots_event
-from operators.warc_writer import ip_done_output
 from udfs import frontier_logic as fl
 from udfs import ip_gate as ig
 from udfs.config import load_config
-from udfs.records import SCHEMA_VERSION, TOPIC_OUTCOMES, decode_frontier_event
+from udfs.records import SCHEMA_VERSION
 
 IP = "127.0.0.7"
 NOW = 1_000_000.0
@@ -29,10 +27,8 @@ def request(host: str, seq: int = 1, ip: str | None = IP) -> dict:
 
 
 def done(req: dict, fetch_status: str = "ok") -> dict:
-    """An ip_done as the job receives it: written by the WARC writer, read back from crawl.frontier."""
-    topic, key, value = ip_done_output({"request": req, "fetch_status": fetch_status})
-    assert topic == TOPIC_OUTCOMES and key == ig.gate_key(req)
-    return decode_frontier_event(value)
+    """The ip_done the fetcher's loop hands its gate when a fetch ends (operators/fetch_loop.py)."""
+    return ig.ip_done_event(req, SCHEMA_VERSION, fetch_status)
 
 
 @pytest.mark.parametrize("field, value", [
@@ -199,17 +195,6 @@ def test_an_idle_key_drops_its_row_once_the_gap_has_passed() -> None:
     assert ig.wake_at(step.state, IP, policy) == NOW + 5  # a timer comes back to drop it
     assert not ig.keep_row(step.state, IP, NOW + 5, policy)
     assert ig.wake_at(ig.GateState(), IP, policy) is None
-
-
-def test_a_robots_result_names_its_gate_key_and_implies_one_release() -> None:
-    req = dict(request("a.test"), kind="robots")
-    result = {"request": req, "fetch_status": "ok", "http_status": 200, "body": b"", "ip": IP,
-              "started_at": NOW, "done_at": NOW + 0.2}
-    event = decode_frontier_event(json.dumps(robots_event(result, 1000)))
-    assert event["ip"] == IP and event["gate_key"] == IP
-    (release,) = ig.releases_of(event)
-    assert ig.routing_key(release) == IP and release["lease_id"] == req["lease_id"]
-    assert ig.releases_of({"type": "completion"}) == [] and ig.releases_of(None) == []  # type: ignore[arg-type]
 
 
 def test_the_frontier_learns_the_address_of_a_fetch_for_the_next_request() -> None:

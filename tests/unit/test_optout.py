@@ -386,15 +386,13 @@ def test_parse_result_turns_the_requests_tdm_file_into_the_pages_reason():
     assert parse_result(_result("page", html))["page"]["optout"] == {"reserved": False, "reason": ""}
 
 
-def test_tdmrep_results_go_to_the_outcomes_topic_capped_with_their_gate_release_never_to_parse():
+def test_tdmrep_results_go_to_the_outcomes_topic_capped_never_to_parse():
     from operators.parse import ParseFunction, is_tdmrep, tdmrep_outputs
     from udfs.records import decode_frontier_event, unb64
     result = _result("tdmrep", b"[" + b" " * 5000 + b"]")
     assert is_tdmrep(result) and list(ParseFunction().flat_map(result)) == []
-    (topic, key, value), (_, gate, done) = tdmrep_outputs(result, 1024)
+    ((topic, key, value),) = tdmrep_outputs(result, 1024)
     event = decode_frontier_event(value)
     assert (topic, key, event["type"], event["lease_id"], event["http_status"]) == (
         "crawl.outcomes", "news.example", "tdmrep", "news.example/1", 200)
     assert len(unb64(event["body_b64"])) == 1024 and event["fetch_ms"] == 250.0
-    released = decode_frontier_event(done)
-    assert released["type"] == "ip_done" and released["gate_key"] == gate and released["lease_id"] == "news.example/1"

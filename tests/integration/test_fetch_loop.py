@@ -1,0 +1,121 @@
+"""The fetcher's own per-address gate (operators/fetch_loop.py, decision 1612), proved from the server's
+side: two host names on one address never have requests open together, another address is not held
+up, an abandoned fetch keeps its address busy for the hold, a full queue refuses, and every request
+ends in exactly one result. Real sockets on 127.x, real aiohttp fetches, no Flink.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from operators.fetch import Fetcher
+from operators.fetch_loop import FetchLoop
+from tests.integration.test_fetch_operator import HOST_A, HOST_B, Listener, LoopbackWeb, Writer, policy_for, reply
+from udfs.ip_gate import IpGatePolicy
+from udfs.records import FetchRequest
+
+SLOW_S = 0.4
+
+
+Log = list[tuple[float, float]]
+
+
+def timed(log: Log, delay: float) -> object:
+    """A handler that answers after `delay` and logs (start, end) of the exchange as the server saw it."""
+    async def handle(request: dict[str, str], writer: Writer) -> None:
+        started = time.monotonic()
+        await asyncio.sleep(delay)
+        await reply()(request, writer)
+        await writer.drain()
+        log.append((started, time.monotonic()))
+    return handle
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[tuple[LoopbackWeb, dict[str, Log]]]:
+    web, logs = LoopbackWeb(), {HOST_A: [], HOST_B: []}
+    for address, log in logs.items():
+        web.add(Listener(address, {**{f"/slow{i}": timed(log, SLOW_S) for i in range(8)},
+                                   "/stall": timed(log, 5.0)}))
+    yield web, logs
+    web.close()
+
+
+def request(web: LoopbackWeb, host: str, address: str, path: str, seq: int) -> FetchRequest:
+    port = web.listeners[address].port
+    return FetchRequest(host=host, url=f"http://{host}:{port}{path}", fp=seq, kind="page",
+                        lease_id=f"{host}/{seq}", depth=0, attempt=0, ip=address)  # type: ignore[typeddict-item]
+
+
+def run(web: LoopbackWeb, requests: list[FetchRequest], gate: IpGatePolicy = IpGatePolicy(),
+        expect: int | None = None, timeout_s: float = 20.0, **policy: object) -> tuple[list[dict], FetchLoop]:
+    """Submit `requests` to a fresh loop and collect results until `expect` (default: all) arrived."""
+    host_map = (f"a1.test {HOST_A}", f"a2.test {HOST_A}", f"a3.test {HOST_A}", f"b1.test {HOST_B}")
+    fetcher = Fetcher(policy_for(web, host_map=host_map, **policy))
+    loop = FetchLoop(fetcher.fetch, gate, capacity=16)
+    loop.on_stop(fetcher.close)
+    loop.start()
+    try:
+        for req in requests:
+            loop.submit(req)
+        results: list[dict] = []
+        deadline = time.monotonic() + timeout_s
+        while len(results) < (len(requests) if expect is None else expect) and time.monotonic() < deadline:
+            loop.wait(0.05)
+            results += [dict(r) for r in loop.drain()]
+        return results, loop
+    finally:
+        loop.stop()
+
+
+def overlapping(spans: Log) -> int:
+    """How many exchanges started before the previous one (by start) had ended."""
+    spans = sorted(spans)
+    return sum(1 for (_, end), (start, _) in zip(spans, spans[1:]) if start < end)
+
+
+def test_hosts_on_one_address_take_turns_while_another_address_runs_beside_them(served) -> None:
+    web, logs = served
+    for log in logs.values():
+        log.clear()
+    shared = [request(web, host, HOST_A, f"/slow{i}", i) for i, host in enumerate(["a1.test", "a2.test", "a3.test"])]
+    other = request(web, "b1.test", HOST_B, "/slow0", 9)
+    results, loop = run(web, [*shared, other])
+    assert sorted(r["request"]["lease_id"] for r in results) == sorted(r["lease_id"] for r in [*shared, other])
+    assert all((r["fetch_status"], r["http_status"]) == ("ok", 200) for r in results)
+    assert len(logs[HOST_A]) == 3 and overlapping(logs[HOST_A]) == 0
+    (b_start, b_end), = logs[HOST_B]
+    first_a_end = min(end for _, end in logs[HOST_A])
+    assert b_start < first_a_end        # not queued behind the busy address
+    assert (loop.counts["queued"], loop.counts["released"], loop.counts["done"]) == (4, 4, 4)
+    assert loop.idle() and loop.running == 0 and loop.waiting == 0
+
+
+def test_an_abandoned_fetch_keeps_its_address_busy_for_the_hold(served) -> None:
+    web, logs = served
+    logs[HOST_A].clear()
+    stalled = request(web, "a1.test", HOST_A, "/stall", 1)
+    after = request(web, "a2.test", HOST_A, "/slow1", 2)
+    gate = IpGatePolicy(abandoned_hold_s=1.0)
+    started = time.monotonic()
+    cut_s = 0.6   # policy_for's first-byte timeout: the stall never sends a head
+    results, _ = run(web, [stalled, after], gate)
+    by_lease = {r["request"]["lease_id"]: r for r in results}
+    assert by_lease["a1.test/1"]["fetch_status"] == "timeout"
+    assert by_lease["a2.test/2"]["fetch_status"] == "ok"
+    # The server saw the second request only after the first was cut and the hold (1 s) had passed.
+    second_start = min(start for start, _ in logs[HOST_A])
+    assert second_start - started >= cut_s + 1.0 - 0.05
+
+
+def test_a_full_queue_refuses_and_every_other_request_ends_in_one_result(served) -> None:
+    web, logs = served
+    gate = IpGatePolicy(max_queue=1)
+    requests = [request(web, host, HOST_A, f"/slow{i}", i) for i, host in enumerate(["a1.test", "a2.test", "a3.test"])]
+    results, loop = run(web, requests, gate, expect=3, timeout_s=3 * SLOW_S + 2)
+    # a1 runs, a2 waits in the queue of one, a3 is refused: its frontier lease expires and it is re-leased.
+    assert sorted(r["request"]["lease_id"] for r in results) == ["a1.test/0", "a2.test/1"]
+    assert loop.counts["refused"] == 1 and loop.counts["released"] == 2
