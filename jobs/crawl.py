@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyflink.common import Configuration, Row, Types, WatermarkStrategy
+from pyflink.common import Configuration, Types, WatermarkStrategy
 from pyflink.common.serialization import SimpleStringSchema
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.kafka import (
@@ -33,6 +33,7 @@ from pyflink.datastream.connectors.kafka import (
 )
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescriptor
+from pyflink.table.expressions import col
 
 from operators.fetch import fetch_stage
 from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
@@ -209,17 +210,11 @@ def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS) -> Sinks:
     """One keyed Kafka sink for every output topic. The Table API's Kafka connector writes a chosen
     column as the record key (`key.fields`), which the DataStream KafkaSink cannot do from Python:
     `crawl.frontier` is keyed by host and `pages.parsed` by url_fp, so each topic's partitions follow
-    its key. The record's topic is the writable `topic` metadata column, so one Python map turns every
-    (topic, key, value) triple into a row (a filter per topic would read every triple once per topic);
-    a triple for any other topic fails that map with the topic named (a bug, not bad input)."""
-
-    allowed = frozenset(topics)
-
-    def to_row(triple: tuple[str, str, bytes]) -> Row:
-        topic, key, value = triple
-        if topic not in allowed:
-            raise ValueError(f"the job wrote to {topic!r}, not one of its output topics {sorted(allowed)}")
-        return Row(key, bytes(value), topic)
+    its key. The record's topic is the writable `topic` metadata column. The (topic, key, value)
+    triples are typed tuples, so the table is made from them in the JVM, with no Python operator
+    between the job's last Python operators and the sink (a Python map to rows cost about 2 ms of the
+    TaskManager's one interpreter per page, BENCHMARKS.md #8 step 4). Every topic a triple names is a
+    constant of the job's code, one of `topics`."""
 
     def emit(env: StreamExecutionEnvironment, triples: DataStream) -> None:
         t_env = StreamTableEnvironment.create(env)
@@ -229,7 +224,7 @@ def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS) -> Sinks:
                                              .column("v", DataTypes.BYTES())
                                              .column_by_metadata("topic", DataTypes.STRING(), "topic")
                                              .build())
-                                     .option("topic", ";".join(sorted(allowed)))  # the metadata picks one
+                                     .option("topic", ";".join(sorted(topics)))  # the metadata picks one
                                      .option("properties.bootstrap.servers", bootstrap)
                                      .option("properties.max.request.size", str(16 * 1024 * 1024))
                                      .option("key.format", "raw")
@@ -238,11 +233,9 @@ def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS) -> Sinks:
                                      .option("value.fields-include", "EXCEPT_KEY")
                                      .option("sink.delivery-guarantee", "at-least-once")
                                      .build())
-        rows = triples.map(to_row, output_type=Types.ROW_NAMED(
-            ["k", "v", "topic"], [Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE()), Types.STRING()])
-        ).uid("rows-for-kafka").name("rows for kafka")
+        rows = t_env.from_data_stream(triples, col("topic"), col("k"), col("v"))
         statements = t_env.create_statement_set()
-        statements.add_insert("sink_kafka", t_env.from_data_stream(rows))
+        statements.add_insert("sink_kafka", rows.select(col("k"), col("v"), col("topic")))
         statements.attach_as_datastream()
 
     return Sinks(emit=emit)

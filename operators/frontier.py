@@ -41,6 +41,7 @@ from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.records import FetchRequest, unb64
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
+from udfs.robots_cache import RulesByBody
 from udfs.traps import DEFAULT_TRAP_POLICY, TrapPolicy
 from udfs.urls import host_key, url_fp
 
@@ -151,7 +152,7 @@ class HostFrontier:
                  count: Callable[[str], None], parse_rules: Callable[[bytes], fl.RulesLike],
                  policy: fl.FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
-                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY, rules_cache_size: int = 1024,
+                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY, rules_cache_size: int = 8192,
                  states_cache_size: int = 8192,
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, controls: ControlTable | None = None,
                  seen: SeenFilter | None = None, epoch: int = 1, due: MapLike | None = None,
@@ -601,8 +602,9 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
 
         # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager (decision 1606).
         self.levels = Levels(group, GAUGES + (("bloom_fill_ratio_ppm",) if seen is not None else ()), level)
-        self.frontier = HostFrontier(host_row, robots_body, slots, urls, self.count,
-                                     functools.partial(parse_robots, policy=self.robots_policy),
+        # One parse per distinct robots.txt body, shared by the hosts that serve it (decision 1613).
+        parse_rules = RulesByBody(functools.partial(parse_robots, policy=self.robots_policy))
+        self.frontier = HostFrontier(host_row, robots_body, slots, urls, self.count, parse_rules,
                                      self.policy, self.politeness, self.robots_policy, traps=self.traps,
                                      controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1,
                                      due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality,

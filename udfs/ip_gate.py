@@ -68,7 +68,7 @@ class IpGatePolicy:
     lease_timeout_s: float = 30.0
     max_queue: int = 10_000
     max_wait_s: float = 15.0
-    abandoned_hold_s: float = 1.0
+    abandoned_hold_s: float = 3.0
 
     def __post_init__(self) -> None:
         for name in ("max_in_flight", "cdn_max_in_flight", "max_queue"):
