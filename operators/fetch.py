@@ -360,7 +360,7 @@ class FetchFunction(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self._tally = FetchTally()
         fetcher = Fetcher(self._policy, load_pins(self._policy), tally=self._tally)
-        self._loop = FetchLoop(fetcher.fetch, self._gate, self._capacity)
+        self._loop = FetchLoop(fetcher.fetch, self._gate, self._capacity, total_timeout_s=self._policy.total_timeout_s)
         self._loop.on_stop(fetcher.close)
         self._loop.start()
         self._poll_at = 0

@@ -28,7 +28,7 @@ from udfs.fetch_status import fetch_result
 from udfs.latency import Occupancy
 from udfs.records import SCHEMA_VERSION, FetchRequest, FetchResult, FetchStatus
 
-GATE_COUNTS = ("queued", "released", "refused", "done", "expired", "stale")
+GATE_COUNTS = ("queued", "released", "refused", "done", "expired", "stale", "too_late")
 # A released fetch always ends here (the Fetcher has its own total deadline and never raises), so a
 # gate lease needs no deadline of its own; this one only keeps `udfs.ip_gate`'s arithmetic finite.
 _NO_LEASE_DEADLINE_S = 365 * 24 * 3600.0
@@ -45,13 +45,15 @@ class FetchLoop:
     """
 
     def __init__(self, fetch: Fetch, policy: ig.IpGatePolicy = ig.DEFAULT_IP_GATE_POLICY, capacity: int = 256,
-                 clock: Callable[[], float] = time.time, occupancy: Occupancy | None = None) -> None:
+                 clock: Callable[[], float] = time.time, occupancy: Occupancy | None = None,
+                 total_timeout_s: float = 10.0) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
         self._fetch = fetch
         self._policy = dataclasses.replace(policy, lease_timeout_s=_NO_LEASE_DEADLINE_S)
         self._capacity = capacity
         self._clock = clock
+        self._total_timeout_s = total_timeout_s
         self.occupancy = occupancy or Occupancy(capacity)
         # Operator thread ↔ loop thread: deque appends and pops are atomic; the event wakes a waiter.
         self._results: collections.deque[FetchResult] = collections.deque()
@@ -200,6 +202,13 @@ class FetchLoop:
 
     def _launch(self, key: str, request: FetchRequest) -> None:
         assert self._loop is not None
+        if ig.too_late_to_start(dict(request), self._clock(), self._total_timeout_s):
+            # No fetch and no result: the frontier's lease runs out and it leases the URL again
+            # (decision 1614). The slot is freed on the loop's next turn, not here: a queue of late
+            # requests would otherwise free and launch each other recursively.
+            self.counts["too_late"] += 1
+            self._loop.call_soon(self._finished, key, request, None)
+            return
         self.running += 1
         self.occupancy.start()
         task = self._loop.create_task(self._run(key, request))

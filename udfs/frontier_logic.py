@@ -711,7 +711,8 @@ def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
     # the new lease before its fetch has happened (decision 1604).
     lease = Lease(f"{host}/{run}{seq}", kind, now + policy.lease_timeout_s, item)
     request: FetchRequest = {"host": host, "url": item.url, "fp": item.fp, "kind": kind,  # type: ignore[typeddict-item]
-                             "lease_id": lease.lease_id, "depth": item.depth, "attempt": item.attempt + 1}
+                             "lease_id": lease.lease_id, "depth": item.depth, "attempt": item.attempt + 1,
+                             "lease_deadline": round(lease.deadline, 3)}
     if state.ip is not None:
         request["ip"] = state.ip  # the IP gate's key (udfs.ip_gate); absent reads as unknown
     if kind == "page":

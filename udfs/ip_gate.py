@@ -101,6 +101,18 @@ class IpGatePolicy:
         return self.max_in_flight, self.min_gap_s
 
 
+def too_late_to_start(request: dict[str, Any], now: float, total_timeout_s: float) -> bool:
+    """Whether a fetch starting `now` could end after the frontier's lease of `request` expired
+    (`lease_deadline`, ARCHITECTURE.md §1 lease): its completion would come back stale, the frontier
+    having leased the URL again, so the fetch would be spent twice, and the two could be in flight on
+    the host together. A fetch may take `total_timeout_s` and its completion RELEASE_MARGIN_S to reach
+    the frontier. A request without a deadline (from a job before decision 1614) is never too late."""
+    deadline = request.get("lease_deadline") if isinstance(request, dict) else None
+    if not isinstance(deadline, (int, float)) or isinstance(deadline, bool):
+        return False
+    return now + total_timeout_s + RELEASE_MARGIN_S > deadline
+
+
 @functools.lru_cache(maxsize=64)
 def _networks(cidrs: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
     """Parsed `cdn_cidrs` (cached: the policy is frozen and looked up per event)."""

@@ -153,6 +153,9 @@ class FetchRequest(TypedDict):
     last_modified: NotRequired[str | None]
     redirect_hops: NotRequired[int]   # pages only: redirects followed to reach `url` (UrlEntry.redirect_hops)
     ip: NotRequired[str | None]   # the host's pinned or last known address (None: unknown); the IP gate's key
+    # When the frontier's lease of this request expires (epoch seconds): the fetcher skips a request that
+    # could no longer end before it (udfs.ip_gate.too_late_to_start, decision 1614).
+    lease_deadline: NotRequired[float]
     # Recrawls: the previous capture (Completion.capture); a 304 is archived as a revisit of it.
     revisit_of: NotRequired[dict[str, str | None] | None]
     # Pages only, set only when non-empty: the configured AI agents (OptOutPolicy.ai_agents) the host's

@@ -119,3 +119,15 @@ def test_a_full_queue_refuses_and_every_other_request_ends_in_one_result(served)
     # a1 runs, a2 waits in the queue of one, a3 is refused: its frontier lease expires and it is re-leased.
     assert sorted(r["request"]["lease_id"] for r in results) == ["a1.test/0", "a2.test/1"]
     assert loop.counts["refused"] == 1 and loop.counts["released"] == 2
+
+
+def test_a_request_that_can_no_longer_end_within_its_lease_is_never_sent(served) -> None:
+    web, logs = served
+    logs[HOST_A].clear()
+    late = dict(request(web, "a1.test", HOST_A, "/slow1", 1), lease_deadline=time.time() + 5.0)
+    fresh = dict(request(web, "a2.test", HOST_A, "/slow2", 2), lease_deadline=time.time() + 60.0)
+    before = len(web.listeners[HOST_A].requests)
+    results, loop = run(web, [late, fresh], expect=1)   # policy_for: total timeout 1.5 s, +5 s margin
+    assert [r["request"]["lease_id"] for r in results] == ["a2.test/2"]
+    assert [r["path"] for r in web.listeners[HOST_A].requests[before:]] == ["/slow2"]   # the server never saw /slow1
+    assert loop.counts["too_late"] == 1 and loop.counts["done"] == 2

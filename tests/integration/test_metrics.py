@@ -60,6 +60,7 @@ RATIOS_PPM = ("fetch.idle_ppm", "frontier.bloom_fill_ratio_ppm")
 PRESENT = (
     *(f"fetch.{c}_per_s" for c in STATUS_CLASSES), "fetch.dns_cache_hits", "fetch.dns_lookups",
     "fetch.dns_failures", "fetch.ssrf_blocked", "ipgate.in_flight", "ipgate.waiting", "ipgate.saturated_keys",
+    "ipgate.too_late",
     "dedup.exact_duplicates", "dedup.near_duplicates", "dedup.unchanged", "frontier.recrawl_unchanged",
     *(f"frontier.{name}" for name in TRAP_METRICS),
 )

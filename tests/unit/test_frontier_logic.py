@@ -247,7 +247,7 @@ def test_robots_txt_is_fetched_before_anything_else():
     assert fl.plan(state, NOW).step is Step.FETCH_ROBOTS
     state, req = fl.lease_robots(state, HOST, 99, NOW)
     assert req == {"host": HOST, "url": "https://example.com/robots.txt", "fp": 99, "kind": "robots",
-                   "lease_id": "example.com/1", "depth": 0, "attempt": 1}
+                   "lease_id": "example.com/1", "depth": 0, "attempt": 1, "lease_deadline": NOW + P.lease_timeout_s}
     assert fl.plan(state, NOW) == Plan(Step.WAIT, NOW + P.lease_timeout_s)
 
 

@@ -3,6 +3,7 @@ limit in flight per address, releases at least the gap apart, a lost ip_done fre
 deadline, CDN ranges are looser. The fetcher's loop keeps it (operators/fetch_loop.py, decision 1612)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -245,3 +246,27 @@ def test_in_flight_never_exceeds_the_limit_and_releases_keep_the_gap(ops, limit:
         assert len(in_flight) <= limit and len(state.leases) <= limit
         assert len(state.queue) <= policy.max_queue
     assert all(b - a >= gap - 1e-9 for a, b in zip(releases, releases[1:]))
+
+
+@pytest.mark.parametrize("deadline, late", [
+    (NOW + 30.0, False),           # a fresh lease: 10 s of fetch and 5 s of margin fit
+    (NOW + 15.0, False),           # exactly fits
+    (NOW + 14.9, True),            # the completion could come back after the lease expired
+    (NOW - 1.0, True),             # already expired
+    (None, False), ("soon", False), (True, False),   # no usable deadline: an older job's request
+])
+def test_a_request_is_too_late_to_start_when_its_fetch_could_outlive_its_lease(deadline: object, late: bool) -> None:
+    req = request("a.test")
+    if deadline is not None:
+        req["lease_deadline"] = deadline
+    assert ig.too_late_to_start(req, NOW, total_timeout_s=10.0) is late
+
+
+def test_every_leased_request_carries_its_lease_deadline() -> None:
+    state, robots = fl.lease_robots(fl.HostState(), "a.test", 1, NOW)
+    assert robots["lease_deadline"] == pytest.approx(state.lease.deadline) == NOW + fl.DEFAULT_FRONTIER_POLICY.lease_timeout_s
+    item = fl.QueueItem("http://a.test/", 2, 0, 0)
+    state = dataclasses.replace(state, lease=None, robots=fl.Robots.ALLOW_ALL)
+    _, page, _ = fl.lease_page(state, item, None, "a.test", NOW + 2)
+    assert page is not None and page["lease_deadline"] == pytest.approx(NOW + 2 + fl.DEFAULT_FRONTIER_POLICY.lease_timeout_s)
+    assert not ig.too_late_to_start(page, NOW + 2, total_timeout_s=10.0)
