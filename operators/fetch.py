@@ -127,12 +127,6 @@ class Fetcher:
             await self._session.close()
             self._session = None
 
-    def detach(self) -> None:
-        """Forget the session without awaiting (its loop is gone); connections are never pooled."""
-        if self._session is not None:
-            self._session.detach()
-            self._session = None
-
     async def fetch(self, request: FetchRequest) -> FetchResult:
         """One FetchResult for `request`; never raises (fetch limits, ARCHITECTURE.md §7)."""
         result = await self._fetch(request)
@@ -432,9 +426,9 @@ class _GateMetrics:
 class _FetchMetrics:
     """The `fetch` metric group: the tallies of the event loop's thread, handed to Flink per bundle.
 
-    Process-mode counters only count on the bundle's thread, and the only code PyFlink runs there
-    for an async operator is the gauge reads at each bundle's end (after the in-flight requests
-    drained). So the first gauge, `bundles`, moves the tallies into real counters and meters, and
+    Process-mode counters only count on the bundle's thread, and the fetches are tallied on the
+    loop's thread (operators/fetch_loop.py). The gauges are read on the bundle's thread at each
+    bundle's end, so the first gauge, `bundles`, moves the tallies into real counters and meters, and
     computes the latency percentiles the later gauges return (docs/decisions/1701).
     """
 

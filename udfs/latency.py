@@ -68,9 +68,10 @@ def micros(seconds: float) -> int:
 class Occupancy:
     """Time-weighted share of `capacity` slots in use between two reads (docs/metrics.md "idle").
 
-    A gauge sampled at an instant cannot show how busy an async operator is: PyFlink drains every
-    in-flight request before it reads the gauges of a bundle, so an instantaneous count is always 0
-    there. This integrates the in-flight count over time instead (decision 1701).
+    A gauge sampled at an instant cannot show how busy the fetcher is: fetches last milliseconds and
+    the gauges are read once per bundle, so an instantaneous count says little (and was always 0
+    under the async operator before decision 1612, which drained every fetch before that read).
+    This integrates the in-flight count over time instead (decision 1701).
     """
 
     __slots__ = ("_capacity", "_clock", "_in_flight", "_since", "_area", "_window_start")
