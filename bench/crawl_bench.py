@@ -131,6 +131,20 @@ def page_request_ends(log: Iterable[Mapping[str, Any]]) -> list[float]:
                   if r.get("event") == "request" and not r.get("aborted") and not is_preflight_path(r["path"]))
 
 
+def repeated_page_requests(log: Iterable[Mapping[str, Any]], window: Window) -> int:
+    """Page requests ending in the window for a (host, path) the crawler had already asked for: work
+    spent twice (an expired lease fetched again, say), which the page rate alone counts as progress."""
+    seen: set[tuple[str, str]] = set()
+    repeated = 0
+    for r in sorted((r for r in log if r.get("event") == "request" and not r.get("aborted")
+                     and not is_preflight_path(r["path"])), key=lambda r: r["ended_at"]):
+        key = (r["host"], r["path"])
+        if key in seen and r["ended_at"] in window:
+            repeated += 1
+        seen.add(key)
+    return repeated
+
+
 def first_request_at(log: Iterable[Mapping[str, Any]]) -> float | None:
     """When the first request (of any kind) reached the server, or None for an untouched web."""
     return min((r["started_at"] for r in log if r.get("event") == "request"), default=None)
@@ -299,6 +313,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         lines.append(f"| {title} | " + " | ".join(cell(crawlers[n]) for n in names) + " |")
 
     row("page requests in the window", lambda c: f"{c['pages_in_window']:,}")
+    row("of them repeats of a page already fetched", lambda c: f"{c.get('repeated_in_window', 0):,}")
     row("**sustained pages/s**", lambda c: f"**{_fmt(c['pages_per_s'])}**")
     row("CPU per page, crawler processes", lambda c: _ms(c.get("cpu_per_page_s")))
     row("CPU per page, by process", lambda c: ", ".join(
@@ -642,6 +657,7 @@ def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, m
     requests = [r for r in run.log if r.get("event") == "request"]
     return {
         "pages_in_window": count_in(ends, window), "pages_per_s": sustained_rate(ends, window),
+        "repeated_in_window": repeated_page_requests(run.log, window),
         "window_s": window.seconds, "requests": len(requests),
         "robots_requests": sum(1 for r in requests if is_preflight_path(r["path"])),
         "cpu_per_page_s": crawler_cpu, "cpu_per_page_by_process": per_page,

@@ -96,8 +96,9 @@ class FrontierPolicy:
         fetcher's `FetchPolicy.user_agent` (default: the same string, udfs.netguard.DEFAULT_USER_AGENT).
     max_queue: URLs queued (plus the one leased) per host; more are dropped as `queue_full` (10,000).
     max_urls_per_host: rows in a host's URL table; new URLs beyond it are dropped as `host_budget` (1,000,000).
-    lease_timeout_s: a lease with no completion after this expires and its URL is queued again (30 s:
-        the fetcher's 10 s total timeout plus the Kafka round trip back).
+    lease_timeout_s: a lease with no completion after this expires and its URL is queued again (60 s:
+        the fetcher's 10 s total timeout plus the way back through parse, dedup, the WARC writer and
+        Kafka, which under full load took 30-60 s for a quarter of the leases; decision 1615).
     max_attempts: a page leased this many times without a usable answer is parked, not retried (3).
     robots_retry_max_s: cap on the wait before retrying an unreachable robots.txt; the wait starts at
         RobotsPolicy.unreachable_ttl_s and doubles per failure in a row (6 h). How long a fetched
@@ -118,7 +119,7 @@ class FrontierPolicy:
     robots_agent: str = DEFAULT_USER_AGENT
     max_queue: int = 10_000
     max_urls_per_host: int = 1_000_000
-    lease_timeout_s: float = 30.0
+    lease_timeout_s: float = 60.0
     max_attempts: int = 3
     robots_retry_max_s: float = 6 * 3_600.0
     recrawl_after_s: float = 7 * 86_400.0

@@ -54,7 +54,7 @@ class IpGatePolicy:
         request of a host when a newer one of that host arrives: its frontier lease has expired (or
         soon will, before the fetch could end), so releasing it could put two requests of one host
         in flight or under its crawl delay. Follows `max_wait_for(frontier.lease_timeout_s,
-        fetch.total_timeout_s)` unless set (15 s with their defaults, 30 s and 10 s).
+        fetch.total_timeout_s)` unless set (45 s with their defaults, 60 s and 10 s).
     abandoned_hold_s: after a fetch the crawler cut short (timeout, too slow, too large) the address
         stays busy this long: a server sees the hang-up only at its next write, and serves the
         abandoned request until then (0: free at once).
@@ -65,9 +65,9 @@ class IpGatePolicy:
     cdn_cidrs: tuple[str, ...] = ()
     cdn_max_in_flight: int = 8
     cdn_min_gap_s: float = 0.0
-    lease_timeout_s: float = 30.0
+    lease_timeout_s: float = 60.0
     max_queue: int = 10_000
-    max_wait_s: float = 15.0
+    max_wait_s: float = 45.0
     abandoned_hold_s: float = 3.0
 
     def __post_init__(self) -> None:

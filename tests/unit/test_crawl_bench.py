@@ -14,7 +14,8 @@ from udfs.config import load_config
 
 
 def _req(path: str, started: float, ended: float, aborted: bool = False) -> dict:
-    return {"event": "request", "path": path, "started_at": started, "ended_at": ended, "aborted": aborted}
+    return {"event": "request", "host": "a.test", "path": path, "started_at": started, "ended_at": ended,
+            "aborted": aborted}
 
 
 # --- spec ----------------------------------------------------------------------------------------------
@@ -55,6 +56,16 @@ def test_page_request_ends_skip_robots_and_aborted_requests_and_connection_event
     assert cb.page_request_ends(log) == [4, 5]
     assert cb.first_request_at(log) == 1
     assert cb.first_request_at([{"event": "connect", "at": 0.5}]) is None
+
+
+def test_repeated_page_requests_count_a_host_and_path_asked_for_again_inside_the_window() -> None:
+    log = [_req("/a.html", 1, 2), _req("/a.html", 3, 5), _req("/b.html", 3, 6), _req("/b.html", 7, 9),
+           _req("/robots.txt", 1, 2), _req("/robots.txt", 8, 9), _req("/c.html", 1, 8, aborted=True),
+           _req("/c.html", 9, 10)]
+    other_host = {**_req("/a.html", 4, 6), "host": "elsewhere.test"}
+    window = cb.Window(4.0, 20.0)
+    assert cb.repeated_page_requests([*log, other_host], window) == 2   # /a.html at 5 and /b.html at 9
+    assert cb.repeated_page_requests(log, cb.Window(0.0, 4.0)) == 0
 
 
 def test_sustained_rate_counts_only_inside_the_window() -> None:

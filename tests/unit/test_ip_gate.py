@@ -158,7 +158,7 @@ def test_a_newer_request_of_a_host_supersedes_its_queued_one() -> None:
 
 
 def test_max_wait_follows_the_frontier_lease_and_the_fetch_timeout_unless_set() -> None:
-    assert load_config("").ipgate.max_wait_s == ig.max_wait_for(30.0, 10.0) == ig.DEFAULT_IP_GATE_POLICY.max_wait_s
+    assert load_config("").ipgate.max_wait_s == ig.max_wait_for(60.0, 10.0) == ig.DEFAULT_IP_GATE_POLICY.max_wait_s
     derived = load_config("", ["frontier.lease_timeout_s=20.0", "fetch.total_timeout_s=5.0"]).ipgate.max_wait_s
     assert derived == 20.0 - 5.0 - ig.RELEASE_MARGIN_S
     assert load_config("", ["ipgate.max_wait_s=3.0", "frontier.lease_timeout_s=20.0"]).ipgate.max_wait_s == 3.0
