@@ -1,20 +1,24 @@
-"""Content dedup between parse and the WARC writer: exact duplicates, then near-duplicates.
+"""Content dedup beside the page's way from parse to the WARC writer: exact duplicates, then near-duplicates.
 
-Pipeline position (ARCHITECTURE.md §1): parse → **exact** (keyed by content_hash) → **near**
-(k + 1 operators, each keyed by one SimHash block) → WARC writer. Every decision is in
-`udfs.dedup`; these operators keep the state and count (metric group `dedup`).
+Pipeline position (ARCHITECTURE.md §1): parse → **probe** → **exact** (keyed by content_hash) →
+**near** (k + 1 operators, each keyed by one SimHash block) → verdict → WARC writer, which pairs it
+with the page (decision 1616). Every decision is in `udfs.dedup`; these operators keep the state and
+count (metric group `dedup`).
 
+- A `Probe` is what dedup needs of a page (fingerprints, the owner row it would store, its URL): a few
+  hundred bytes where the page is ~180 KB. The page goes from parse to the writer directly; moving it
+  through the five thread-mode operators cost ~3.5 ms of the TaskManager per page (BENCHMARKS.md #8).
 - `ExactDedupFunction`: one owner row per payload (decision 1300). Its verdict tells the writer to
   write a response (named `response_id`) or an identical-payload revisit of the owner.
-- `BandFunction`: one bounded list of fingerprints per band key (decision 1301). The page itself
-  travels through the k + 1 band operators one after another, each merging its closest match into
-  the verdict, so no operator holds page bodies in state and no join is needed (decision 1302).
+- `BandFunction`: one bounded list of fingerprints per band key (decision 1301). The probe travels
+  through the k + 1 band operators one after another, each merging its closest match into the
+  verdict (decision 1302).
 The keyed operators run in `thread` mode (decision 1303); `add_dedup` switches modes around them.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from pyflink.common import Types
 from pyflink.datastream import DataStream
@@ -22,11 +26,30 @@ from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
 from operators.parse import ParsedBundle
-from udfs.dedup import (DedupPolicy, OwnerRow, better, closest, decide_exact, decode_band, decode_owner, encode_band,
-                        encode_owner, exact_candidate, insert, probe_keys, response_record_id, unique_verdict)
+from udfs.dedup import (DedupPolicy, DedupVerdict, OwnerRow, better, closest, decide_exact, decode_band, decode_owner,
+                        encode_band, encode_owner, exact_candidate, insert, probe_keys, response_record_id,
+                        unique_verdict)
 from udfs.warc import WarcPolicy, digest, format_date
 
 BUNDLE_TYPE = Types.PICKLED_BYTE_ARRAY()
+
+
+class Probe(TypedDict):
+    """What dedup needs of one page bundle, and the verdict it adds; crosses Flink edges pickled."""
+
+    key: str                   # the bundle's join key (`join_key`), to pair the verdict with the page
+    content_hash: str | None
+    simhash: int | None
+    owner: OwnerRow | None     # the owner row this capture would store; None: not an exact candidate
+    url: str
+    url_fp: int
+    host: str
+    dedup: NotRequired[DedupVerdict]
+
+
+def join_key(bundle: ParsedBundle) -> str:
+    """The key a page and its verdict meet under at the writer: the fetch's lease id (one per fetch)."""
+    return str(bundle["result"]["request"]["lease_id"])
 
 
 def _is_exact_candidate(bundle: ParsedBundle, policy: DedupPolicy) -> bool:
@@ -35,13 +58,14 @@ def _is_exact_candidate(bundle: ParsedBundle, policy: DedupPolicy) -> bool:
         result["http_status"], result["fetch_status"], result["truncated"], len(result["body"]), policy)
 
 
-def _needs_dedup(bundle: ParsedBundle, policy: DedupPolicy) -> bool:
+def needs_dedup(bundle: ParsedBundle, policy: DedupPolicy) -> bool:
+    """Whether dedup judges this page (so the writer waits for its verdict)."""
     return bundle["simhash"] is not None or _is_exact_candidate(bundle, policy)
 
 
-def _needs_probe(bundle: ParsedBundle) -> bool:
-    verdict = bundle.get("dedup")
-    return bundle["simhash"] is not None and verdict is not None and verdict["revisit_of"] is None
+def _needs_probe(probe: Probe) -> bool:
+    verdict = probe.get("dedup")
+    return probe["simhash"] is not None and verdict is not None and verdict["revisit_of"] is None
 
 
 def owner_capture(bundle: ParsedBundle, warc_policy: WarcPolicy) -> OwnerRow:
@@ -56,6 +80,25 @@ def owner_capture(bundle: ParsedBundle, warc_policy: WarcPolicy) -> OwnerRow:
                     captured_at=result["done_at"])
 
 
+def probe_of(bundle: ParsedBundle, policy: DedupPolicy, warc_policy: WarcPolicy) -> Probe | None:
+    """The page's probe, or None when dedup does not judge it (no SimHash, not an exact candidate)."""
+    if not needs_dedup(bundle, policy):
+        return None
+    result = bundle["result"]
+    request = result["request"]
+    return Probe(key=join_key(bundle), content_hash=bundle["content_hash"], simhash=bundle["simhash"],
+                 owner=owner_capture(bundle, warc_policy) if _is_exact_candidate(bundle, policy) else None,
+                 url=result.get("url") or request["url"], url_fp=request["fp"], host=request["host"])
+
+
+def unpaired_verdict(bundle: ParsedBundle) -> DedupVerdict:
+    """The verdict a page gets when its own never reached the writer: unique, with the response record
+    id the exact operator may have stored for it, so a revisit that refers to it finds it."""
+    result = bundle["result"]
+    url = result.get("url") or result["request"]["url"]
+    return unique_verdict(response_record_id(url, result["done_at"], result["request"]["lease_id"]))
+
+
 class ExactDedupFunction(KeyedProcessFunction):
     """Keyed by content_hash: the first capture owns the payload, later ones become revisits.
 
@@ -63,9 +106,8 @@ class ExactDedupFunction(KeyedProcessFunction):
     `unique` for pages that go no further (no SimHash to probe).
     """
 
-    def __init__(self, policy: DedupPolicy, warc_policy: WarcPolicy) -> None:
+    def __init__(self, policy: DedupPolicy) -> None:
         self._policy = policy
-        self._warc_policy = warc_policy
         self._owner: Any = None
         self._counters: dict[str, Any] = {}
 
@@ -78,11 +120,11 @@ class ExactDedupFunction(KeyedProcessFunction):
         group = runtime_context.get_metrics_group().add_group("dedup")
         self._counters = {name: group.counter(name) for name in ("exact_duplicates", "unchanged", "unique")}
 
-    def process_element(self, value: ParsedBundle, ctx: KeyedProcessFunction.Context) -> Iterator[ParsedBundle]:
-        if not _is_exact_candidate(value, self._policy):
+    def process_element(self, value: Probe, ctx: KeyedProcessFunction.Context) -> Iterator[Probe]:
+        capture = value["owner"]
+        if capture is None:
             value["dedup"] = unique_verdict(None)   # e.g. a truncated page: probed for near-duplicates only
         else:
-            capture = owner_capture(value, self._warc_policy)
             verdict, keep = decide_exact(decode_owner(self._owner.value()), capture, self._policy)
             if keep is capture:
                 self._owner.update(encode_owner(keep))
@@ -96,7 +138,7 @@ class ExactDedupFunction(KeyedProcessFunction):
         yield value
 
 
-    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[ParsedBundle]:
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Probe]:
         """Drop the owner row once it has expired (a newer owner's row has a later timer of its own)."""
         owner = decode_owner(self._owner.value())
         if owner is not None and (owner.captured_at + self._policy.owner_ttl_s) * 1000 < timestamp:
@@ -124,12 +166,10 @@ class BandFunction(KeyedProcessFunction):
         names = ("probes", "band_evictions") + (("near_duplicates", "unique") if self._last else ())
         self._counters = {name: group.counter(name) for name in names}
 
-    def process_element(self, value: ParsedBundle, ctx: KeyedProcessFunction.Context) -> Iterator[ParsedBundle]:
+    def process_element(self, value: Probe, ctx: KeyedProcessFunction.Context) -> Iterator[Probe]:
         simhash, verdict = value["simhash"], value["dedup"]
         assert simhash is not None
-        result = value["result"]
-        request = result["request"]
-        url, fp, host = result.get("url") or request["url"], request["fp"], request["host"]
+        url, fp, host = value["url"], value["url_fp"], value["host"]
         entries = decode_band(self._band.value())
         verdict["near"] = better(verdict["near"], closest(entries, simhash, fp, host, self._policy.max_hamming), host)
         entries, evicted = insert(entries, (simhash, url, fp, host), self._policy.band_capacity)
@@ -142,34 +182,34 @@ class BandFunction(KeyedProcessFunction):
         yield value
 
 
-def _band_key(index: int, policy: DedupPolicy) -> Callable[[ParsedBundle], int]:
-    def key(bundle: ParsedBundle) -> int:
-        assert bundle["simhash"] is not None
-        return probe_keys(bundle["simhash"], policy)[index]
+def _band_key(index: int, policy: DedupPolicy) -> Callable[[Probe], int]:
+    def key(probe: Probe) -> int:
+        assert probe["simhash"] is not None
+        return probe_keys(probe["simhash"], policy)[index]
     return key
 
 
 def add_dedup(parsed: DataStream, policy: DedupPolicy, warc_policy: WarcPolicy,
               set_mode: Callable[[str], None]) -> DataStream:
-    """Attach exact and near-duplicate dedup to a stream of ParsedBundles; every bundle comes out once,
-    those dedup judged with a `dedup` verdict. Decisions 1300-1303.
+    """The dedup verdicts of a stream of ParsedBundles: one judged `Probe` per bundle that
+    `needs_dedup`, to be paired with its bundle by `join_key` (decisions 1300-1303, 1616).
 
-    Call with `process` mode in force (the routing maps fuse into parse); the keyed operators are
+    Call with `process` mode in force (the probe map fuses into parse); the keyed operators are
     added in `thread` mode through `set_mode`, and `thread` is left in force on return.
     """
-    # flat_map, not filter: PyFlink fuses chained Python functions and keeps one uid of them.
-    judged = (parsed.flat_map(lambda b: [b] if _needs_dedup(b, policy) else [], output_type=BUNDLE_TYPE)
-              .uid("dedup-route").name("dedup route"))
-    passed = (parsed.flat_map(lambda b: [] if _needs_dedup(b, policy) else [b], output_type=BUNDLE_TYPE)
-              .uid("dedup-bypass").name("dedup bypass"))
+    def probes_of(bundle: ParsedBundle) -> list[Probe]:
+        probe = probe_of(bundle, policy, warc_policy)
+        return [probe] if probe is not None else []
+
+    probes = parsed.flat_map(probes_of, output_type=BUNDLE_TYPE).uid("dedup-probe").name("dedup probe")
     # key_by adds a Python key-extracting map: it is added in the mode of the map it fuses with.
-    by_payload = judged.key_by(lambda b: b["content_hash"], key_type=Types.STRING())
+    by_payload = probes.key_by(lambda p: p["content_hash"], key_type=Types.STRING())
     set_mode("thread")
-    exact = (by_payload.process(ExactDedupFunction(policy, warc_policy), output_type=BUNDLE_TYPE)
+    exact = (by_payload.process(ExactDedupFunction(policy), output_type=BUNDLE_TYPE)
              .uid("dedup-exact").name("dedup exact"))
-    settled = (exact.flat_map(lambda b: [] if _needs_probe(b) else [b], output_type=BUNDLE_TYPE)
+    settled = (exact.flat_map(lambda p: [] if _needs_probe(p) else [p], output_type=BUNDLE_TYPE)
                .uid("dedup-settled").name("dedup settled"))
-    probing = (exact.flat_map(lambda b: [b] if _needs_probe(b) else [], output_type=BUNDLE_TYPE)
+    probing = (exact.flat_map(lambda p: [p] if _needs_probe(p) else [], output_type=BUNDLE_TYPE)
                .uid("dedup-to-bands").name("dedup to bands"))
     bands = policy.max_hamming + 1
     for index in range(bands):
@@ -177,4 +217,4 @@ def add_dedup(parsed: DataStream, policy: DedupPolicy, warc_policy: WarcPolicy,
         probing = (probing.key_by(_band_key(index, policy), key_type=Types.LONG())
                    .process(BandFunction(policy, last=index == bands - 1), output_type=BUNDLE_TYPE)
                    .uid(f"dedup-band-{index}-of-{bands}").name(f"dedup band {index} of {bands}"))
-    return passed.union(settled, probing)
+    return settled.union(probing)

@@ -35,7 +35,7 @@ from pyflink.common import Types
 from pyflink.datastream import DataStream, KeyedProcessFunction
 from pyflink.datastream.functions import RuntimeContext
 
-from operators.dedup import add_dedup
+from operators.dedup import BUNDLE_TYPE, Probe, add_dedup, join_key
 from operators.fetch_loop import GATE_COUNTS, FetchLoop
 from operators.modes import set_python_mode
 from operators.parse import ParseFunction, is_robots, is_tdmrep, robots_output, tdmrep_outputs
@@ -484,6 +484,10 @@ def add_fetch(requests: DataStream, policy: FetchPolicy, capacity: int,
             .process(FetchFunction(policy, capacity, gate), output_type=FETCH_RESULT_TYPE))
 
 
+def _verdict_key(probe: Probe) -> str:
+    return probe["key"]
+
+
 def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_root: str,
                 extract_policy: ExtractPolicy = DEFAULT_EXTRACT_POLICY,
                 warc_settings: WarcFileSettings = WarcFileSettings(),
@@ -497,7 +501,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
     The graph of §1 from fetch to the two sinks: fetch → robots and tdmrep results (crawl.outcomes), and
-    fetch → parse → content dedup → WARC writer (pages.parsed, crawl.frontier, crawl.outcomes). The fetch
+    fetch → parse → WARC writer, joined there by the content dedup verdicts of
+    parse → probe → dedup (decision 1616) (pages.parsed, crawl.frontier, crawl.outcomes). The fetch
     operator needs the `process` execution mode to be in force when this is called (ARCHITECTURE.md
     §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
     the job-level mode they need, is in force on return.
@@ -516,13 +521,22 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
     pages = fetched.flat_map(ParseFunction(extract_policy, optout), output_type=FETCH_RESULT_TYPE).uid("parse").name("parse")
     set_mode = functools.partial(set_python_mode, requests.get_execution_environment())
+    # The page goes to the writer directly; dedup sees a small probe of it, and the writer pairs the
+    # verdict with the page by join key (decision 1616).
     if dedup.enabled:
-        pages = add_dedup(pages, dedup, warc_policy, set_mode)
+        # The verdicts' key map is added in thread mode, to fuse with the last band operator.
+        verdicts = add_dedup(pages, dedup, warc_policy, set_mode).key_by(_verdict_key, key_type=Types.STRING())
         set_mode("process")   # the writer keeps the mode it always had
-    events = (pages.process(WarcWriterFunction(warc_root, warc_settings, warc_policy, storage=storage,
-                                               discovery=discovery),
-                            output_type=EVENT_TYPE)
-              .uid("warc-writer").name("warc writer").disable_chaining())
+    else:
+        verdicts = (pages.flat_map(lambda b: [], output_type=BUNDLE_TYPE).uid("no-dedup").name("no dedup")
+                    .key_by(_verdict_key, key_type=Types.STRING()))
+    writer = WarcWriterFunction(warc_root, warc_settings, warc_policy, storage=storage, discovery=discovery,
+                                dedup=dedup if dedup.enabled else None)
+    # A new uid with decision 1616: the writer became keyed (by join key) with a second input.
+    events = (pages.key_by(join_key, key_type=Types.STRING())
+              .connect(verdicts)
+              .process(writer, output_type=EVENT_TYPE)
+              .uid("warc-writer-joined").name("warc writer").disable_chaining())
     if dedup.enabled:
         set_mode("thread")    # the job-level mode thread-mode operators need at execute()
     return robots.union(events)

@@ -1,7 +1,8 @@
 """The WARC writer: archives each page fetch, then tells the rest of the crawl about it.
 
 Pipeline position (ARCHITECTURE.md §1): parse → **WARC writer** → pages.parsed, crawl.frontier
-(discoveries) and crawl.outcomes (completions).
+(discoveries) and crawl.outcomes (completions); the dedup verdicts of the pages reach it on a second
+input, keyed like the pages, and each page waits for its own (decision 1616).
 For each ParsedBundle it appends a response + request record pair (one gzip member each, built by
 `udfs.warc`; as the dedup verdict says, a revisit instead of the response for an exact duplicate and
 a metadata record for a near-duplicate: decisions 1300-1301) to `crawl/{date}/{subtask}/{seq}.warc.gz`
@@ -39,18 +40,20 @@ from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 from pyflink.common import Types
-from pyflink.datastream.functions import ProcessFunction, RuntimeContext
+from pyflink.datastream.functions import KeyedCoProcessFunction, RuntimeContext
 
 from crawler.durable import fsync_path
+from operators.dedup import Probe, join_key, needs_dedup, unpaired_verdict
 from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle
-from udfs.dedup import DedupVerdict, metadata_fields
+from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, retry_after_seconds
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion, DiscoveredBatch,
                           FetchResult, FetchStatus, ParsedPage, UrlEntry, encode)
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
+from udfs.verdict_join import VerdictJoin
 from udfs.warc import (CT_WARC_FIELDS, RevisitTarget, WarcBuilder, WarcPolicy, WarcRecord, cdxj_line,
                        indexed_by_default)
 
@@ -648,9 +651,12 @@ class PageArchiver:
         return [event for events in ready for event in events]
 
 
-class WarcWriterFunction(ProcessFunction):
-    """ParsedBundle → archived capture → (topic, key, value) events; one file series per subtask.
+class WarcWriterFunction(KeyedCoProcessFunction):
+    """ParsedBundle (first input) + its dedup verdict (second input) → archived capture → (topic, key,
+    value) events; one file series per subtask. Both inputs are keyed by `operators.dedup.join_key`.
 
+    A page dedup judges (`dedup` given and `needs_dedup`) waits in memory for its verdict, or its
+    verdict for it (decision 1616, `udfs.verdict_join`); any other page is archived when it arrives.
     For an `s3://` root, files are staged under `storage.staging_dir` with its roll limits (no per-record
     fsync: durability comes from the upload) and events wait for the upload (decision 0504).
     """
@@ -658,7 +664,8 @@ class WarcWriterFunction(ProcessFunction):
     def __init__(self, root: str, settings: WarcFileSettings = WarcFileSettings(),
                  warc_policy: WarcPolicy = WarcPolicy(), crawl_fields: tuple[tuple[str, str], ...] = (),
                  storage: StoragePolicy = StoragePolicy(),
-                 discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY) -> None:
+                 discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY,
+                 dedup: DedupPolicy | None = None) -> None:
         if is_s3_root(root):
             parse_s3_root(root)   # fail when the job is built, not in a worker
         self._root = root
@@ -667,6 +674,8 @@ class WarcWriterFunction(ProcessFunction):
         self._crawl_fields = crawl_fields
         self._storage = storage
         self._discovery = discovery
+        self._dedup = dedup
+        self._join: VerdictJoin[ParsedBundle, DedupVerdict] = VerdictJoin()
         self._archiver: PageArchiver | None = None
         self._builder = WarcBuilder(warc_policy)
         self._counters: dict[str, Any] = {}
@@ -689,8 +698,12 @@ class WarcWriterFunction(ProcessFunction):
         group = runtime_context.get_metrics_group().add_group("warc")
         group.counter("recovered_files").inc(len(recovered))
         self._counters = {name: group.counter(name)
-                          for name in ("captures", "bytes", "published", "frontier_events", "links_not_resent")}
+                          for name in ("captures", "bytes", "published", "frontier_events", "links_not_resent",
+                                       "unpaired_pages", "dropped_verdicts")}
         group.gauge("held_captures", lambda: self._archiver.held_captures if self._archiver else 0)
+        group.gauge("awaiting_verdicts", lambda: self._join.waiting)
+        self._join = VerdictJoin()
+        self._join_counted = (0, 0)
         fetch_group = runtime_context.get_metrics_group().add_group("fetch")
         self._counters.update({status.value: fetch_group.counter(status.value) for status in FetchStatus})
 
@@ -699,7 +712,28 @@ class WarcWriterFunction(ProcessFunction):
             self._archiver.close()
             self._archiver = None
 
-    def process_element(self, value: ParsedBundle, ctx: ProcessFunction.Context) -> Iterator[Event]:
+    def process_element1(self, value: ParsedBundle, ctx: KeyedCoProcessFunction.Context) -> Iterator[Event]:
+        if self._dedup is None or not needs_dedup(value, self._dedup):
+            return self._archive(value)
+        return self._archive_pairs(self._join.page(join_key(value), value))
+
+    def process_element2(self, value: Probe, ctx: KeyedCoProcessFunction.Context) -> Iterator[Event]:
+        return self._archive_pairs(self._join.verdict(value["key"], value["dedup"]))
+
+    def _archive_pairs(self, pairs: list[tuple[ParsedBundle, DedupVerdict | None]]) -> Iterator[Event]:
+        unpaired, dropped = self._join.unpaired_pages, self._join.dropped_verdicts
+        if (unpaired, dropped) != self._join_counted:
+            logging.getLogger(__name__).warning(
+                "warc writer: %d page(s) archived without their dedup verdict, %d verdict(s) without a page",
+                unpaired - self._join_counted[0], dropped - self._join_counted[1])
+            self._counters["unpaired_pages"].inc(unpaired - self._join_counted[0])
+            self._counters["dropped_verdicts"].inc(dropped - self._join_counted[1])
+            self._join_counted = (unpaired, dropped)
+        for bundle, verdict in pairs:
+            bundle["dedup"] = verdict if verdict is not None else unpaired_verdict(bundle)
+            yield from self._archive(bundle)
+
+    def _archive(self, value: ParsedBundle) -> Iterator[Event]:
         assert self._archiver is not None
         self._counters.get(value["result"]["fetch_status"], self._counters[FetchStatus.ERROR.value]).inc()
         locations, events = self._archiver.archive(value)

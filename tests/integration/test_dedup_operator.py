@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from operators.dedup import owner_capture
+import pickle
+
+from operators.dedup import join_key, owner_capture, probe_of, unpaired_verdict
 from operators.parse import ParsedBundle, parse_result
 from operators.warc_writer import Location, bundle_records, events_for
 from tests.warc_validators import all_validators, jwarc_available, warcio_check
@@ -120,6 +122,27 @@ def test_a_page_dedup_did_not_match_is_written_as_before() -> None:
     bundle = parse_result(fetched("http://site.test/a"))
     bundle["dedup"] = unique_verdict(None)
     assert [r.rec_type for r in records_of(bundle)] == ["response", "request"]
+
+
+def test_dedup_sees_a_probe_of_a_few_hundred_bytes_with_what_it_needs_not_the_page() -> None:
+    bundle = parse_result(fetched("http://site.test/a", body=BODY * 40))
+    probe = probe_of(bundle, DedupPolicy(), WarcPolicy())
+    assert probe is not None
+    assert probe["key"] == join_key(bundle) == "L1"
+    assert probe["owner"] == owner_capture(bundle, WarcPolicy())
+    assert (probe["content_hash"], probe["simhash"]) == (bundle["content_hash"], bundle["simhash"])
+    assert (probe["url"], probe["url_fp"], probe["host"]) == ("http://site.test/a", url_fp("http://site.test/a"), "site.test")
+    assert len(pickle.dumps(probe)) < 1_000 < len(BODY * 40) < len(pickle.dumps(bundle))
+
+
+def test_a_page_dedup_does_not_judge_has_no_probe_and_an_unpaired_page_keeps_its_derived_record_id() -> None:
+    missing = fetched("http://site.test/gone")
+    missing.update(http_status=404, body=b"")
+    assert probe_of(parse_result(missing), DedupPolicy(), WarcPolicy()) is None
+    bundle = parse_result(fetched("http://site.test/a"))
+    verdict = unpaired_verdict(bundle)
+    assert verdict["response_id"] == owner_capture(bundle, WarcPolicy()).record_id
+    assert verdict["revisit_of"] is None and verdict["near"] is None
 
 
 # --- the operators on a MiniCluster against the synthetic web ---------------------------------

@@ -164,9 +164,10 @@ def test_server_side_encryption_is_requested_on_upload(policy, root, tmp_path) -
 
 
 def test_writer_function_on_a_minicluster_publishes_s3_locations(policy, root, tmp_path) -> None:
-    from pyflink.common import Configuration
+    from pyflink.common import Configuration, Types
     from pyflink.datastream import StreamExecutionEnvironment
 
+    from operators.dedup import BUNDLE_TYPE, join_key
     from operators.warc_writer import EVENT_TYPE, WarcWriterFunction
 
     config = Configuration()
@@ -180,8 +181,12 @@ def test_writer_function_on_a_minicluster_publishes_s3_locations(policy, root, t
                            staging_dir=str(tmp_path), max_file_bytes=1)
     writer = WarcWriterFunction(f"s3://{root.bucket}/{root.prefix}", storage=staged)
     bundles = [parse_result(CASES[name]) for name in ("page", "dns", "missing")]
-    collected = env.from_collection(bundles).process(writer, output_type=EVENT_TYPE) \
-        .uid("warc").name("warc").execute_and_collect("warc-s3-test")
+    bundle_stream = env.from_collection(bundles)
+    no_verdicts = bundle_stream.flat_map(lambda b: [], output_type=BUNDLE_TYPE)   # as in a job with dedup off
+    collected = (bundle_stream.key_by(join_key, key_type=Types.STRING())
+                 .connect(no_verdicts.key_by(lambda p: p["key"], key_type=Types.STRING()))
+                 .process(writer, output_type=EVENT_TYPE)
+                 .uid("warc").name("warc").execute_and_collect("warc-s3-test"))
     # A Java byte[] collected back into Python arrives as a list of signed ints.
     events = [(topic, key, bytes(b & 0xFF for b in value)) for topic, key, value in collected]
     assert sorted(completed_urls(events)) == sorted(CASES[name]["url"] for name in ("page", "dns", "missing"))
