@@ -163,7 +163,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     fetched = fetch_stage(requests, config.fetch, job.fetch_capacity, job.warc_root,
                           extract_policy=config.extract, warc_policy=config.warc, storage=config.storage,
                           fetch_parallelism=job.fetch_parallelism, dedup=config.dedup,
-                          discovery=config.discovery, optout=config.optout, gate=config.ipgate)
+                          discovery=config.discovery, optout=config.optout, gate=config.ipgate,
+                          writer_slot_group=job.writer_slot_group)
     set_python_mode(env, "thread")
 
     sinks.emit(env, fetched.union(rejects))
@@ -258,6 +259,9 @@ def configure_env(env: StreamExecutionEnvironment, config: CrawlConfig, python_e
     conf = Configuration()
     conf.set_string("python.fn-execution.bundle.time", str(config.job.bundle_time_ms))
     conf.set_string("python.fn-execution.bundle.size", str(config.job.bundle_size))
+    # A local run's MiniCluster gets the slots the job takes (by default it has as many as the widest
+    # operator, too few with the writers' own slot sharing group); a session cluster keeps its own.
+    conf.set_string("taskmanager.numberOfTaskSlots", str(config.job.slots))
     if python_executable:
         for key, value in python_worker_settings(python_executable).items():
             conf.set_string(key, value)

@@ -497,7 +497,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 dedup: DedupPolicy = DedupPolicy(),
                 discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY,
                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
-                gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY) -> DataStream:
+                gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY,
+                writer_slot_group: str = "") -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
     The graph of §1 from fetch to the two sinks: fetch → robots and tdmrep results (crawl.outcomes), and
@@ -537,6 +538,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
               .connect(verdicts)
               .process(writer, output_type=EVENT_TYPE)
               .uid("warc-writer-joined").name("warc writer").disable_chaining())
+    if writer_slot_group:
+        events = events.slot_sharing_group(writer_slot_group)   # its own Python worker (decision 1617)
     if dedup.enabled:
         set_mode("thread")    # the job-level mode thread-mode operators need at execute()
     return robots.union(events)

@@ -216,11 +216,12 @@ WEB_POLICY = {"behaviour_share": 0.0, "missing_host_link_share": 0.0, "broken_li
 
 
 def cluster_settings() -> dict[str, str]:
-    """Two TaskManagers of two slots, tasks spread over both, a lost TaskManager noticed within
+    """Two TaskManagers of four slots (a job at parallelism 4 takes 8: the WARC writer has its own, decision
+    1617), tasks spread over both, a lost TaskManager noticed within
     seconds, restarts at a fixed delay (decision 1601)."""
     return {
         "jobmanager.rpc.port": str(free_port()),
-        "taskmanager.numberOfTaskSlots": "2",
+        "taskmanager.numberOfTaskSlots": "4",
         "taskmanager.memory.process.size": "3072m",
         "taskmanager.load-balance.mode": "SLOTS",
         "heartbeat.interval": "2000",

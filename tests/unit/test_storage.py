@@ -85,3 +85,10 @@ def test_storage_section_loads_from_config_and_rejects_unknown_keys() -> None:
 def test_default_roll_age_leaves_room_for_the_fetch_within_a_lease() -> None:
     config = load_config()
     assert config.storage.max_file_age_s + config.fetch.total_timeout_s < config.frontier.lease_timeout_s
+
+
+def test_the_writers_own_slot_sharing_group_adds_a_slot_per_subtask_unless_it_is_shared() -> None:
+    assert JobPolicy().slots == 2
+    assert JobPolicy(parallelism=2, fetch_parallelism=3).slots == 5
+    assert JobPolicy(parallelism=2, writer_slot_group="").slots == 2
+    assert JobPolicy(parallelism=2, writer_slot_group="default").slots == 2
