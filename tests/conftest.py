@@ -9,11 +9,17 @@ def pytest_report_header(config):
     return f"shared data: {SHARED} ({'found' if SHARED.is_dir() else 'MISSING'})"
 
 
+def pytest_configure(config):
+    """Stop at once, with the fix, when the shared test data is not where the tests look: test modules
+    read it at import, so without this a clone outside /work ends in collection errors instead."""
+    if not SHARED.is_dir():
+        raise pytest.UsageError(f"shared data folder not found at {SHARED}: set CRAWLER_SHARED_DIR to the "
+                                "folder holding testdata/ and webdata/ (README)")
+
+
 @pytest.fixture(scope="session")
 def shared_dir():
-    if not SHARED.is_dir():
-        pytest.fail(f"shared data folder not found at {SHARED}; set CRAWLER_SHARED_DIR")
-    return SHARED
+    return SHARED   # pytest_configure made sure it exists
 
 
 @pytest.fixture(autouse=True, scope="session")
