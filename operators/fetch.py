@@ -42,7 +42,7 @@ from operators.parse import ParseFunction, is_robots, is_tdmrep, robots_output, 
 from operators.resolver import GuardedResolver, ResolveFailure, load_pins
 from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
 from udfs.dedup import DedupPolicy
-from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy, routing_key
+from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy, gate_key
 from udfs.fetch_stats import COUNTS, PHASES, STATUS_CLASSES, FetchTally
 from udfs.latency import Occupancy, micros
 from udfs.fetch_status import (CappedDecoder, UnsupportedEncoding, fetch_result, header_value, redirect_target,
@@ -480,7 +480,7 @@ def add_fetch(requests: DataStream, policy: FetchPolicy, capacity: int,
               gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY) -> DataStream:
     """Attach the fetcher to a stream of FetchRequests, keyed by gate key so that each server address
     has one owner, which keeps its limit (decision 1612)."""
-    return (requests.key_by(routing_key, key_type=Types.STRING())
+    return (requests.key_by(gate_key, key_type=Types.STRING())
             .process(FetchFunction(policy, capacity, gate), output_type=FETCH_RESULT_TYPE))
 
 

@@ -1,6 +1,6 @@
 """The fetcher's event loop: the per-address gate and the fetches it lets through, on one thread.
 
-The fetch operator (operators/fetch.py) is keyed by gate key (udfs.ip_gate.routing_key), so every
+The fetch operator (operators/fetch.py) is keyed by gate key (udfs.ip_gate.gate_key), so every
 request for one server address reaches one subtask, and this loop can keep that address's limit
 itself: a fetch's end frees its slot on the spot, where a gate upstream of the fetcher had to wait
 for an `ip_done` to come back through Kafka and the busy task in front of it (decision 1612).

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import json
 import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from udfs.records import FetchStatus
 
-STATE_VERSION = 1
 HOST_PREFIX = "host:"
 # Time kept free between a release and the frontier's lease deadline beyond the fetch's own timeout:
 # the fetch operator's queue and the completion's Kafka round trip back to the frontier.
@@ -143,15 +141,6 @@ def is_release(item: dict[str, Any]) -> bool:
     return isinstance(item, dict) and item.get("type") == "ip_done"
 
 
-def routing_key(item: dict[str, Any]) -> str:
-    """The key_by key of a gate input (§2 invariant 4: one writer per address): an ip_done's `gate_key`,
-    a FetchRequest's `gate_key()`."""
-    if is_release(item):
-        key = item.get("gate_key")
-        return key if isinstance(key, str) else ""
-    return gate_key(item)
-
-
 # Outcomes where the crawler hung up on a server that may still be serving the request.
 ABANDONED = frozenset({FetchStatus.TIMEOUT.value, FetchStatus.TOO_SLOW.value, FetchStatus.TOO_LARGE.value})
 
@@ -166,32 +155,14 @@ def ip_done_event(request: dict[str, Any], schema_version: int, fetch_status: An
 
 @dataclass(frozen=True)
 class GateState:
-    """One key's row: waiting requests (queued_at, request JSON), leases (lease_id, deadline), the last
-    release, the time an abandoned fetch keeps the address busy until, and the registered timer."""
+    """One key's gate, kept in the fetcher's memory (decision 1612): waiting requests (queued_at,
+    request), leases (lease_id, deadline), the last release, and the time an abandoned fetch keeps the
+    address busy until."""
 
-    queue: tuple[tuple[float, str], ...] = ()
+    queue: tuple[tuple[float, dict[str, Any]], ...] = ()
     leases: tuple[tuple[str, float], ...] = ()
     last_release: float = 0.0
-    timer_ms: int = 0
     hold_until: float = 0.0
-
-    def to_row(self) -> str:
-        return json.dumps({"v": STATE_VERSION, "queue": [list(q) for q in self.queue],
-                           "leases": [list(lease) for lease in self.leases],
-                           "last_release": self.last_release, "timer_ms": self.timer_ms,
-                           "hold_until": self.hold_until}, separators=(",", ":"))
-
-    @staticmethod
-    def from_row(row: str | None) -> GateState:
-        """The row from state (None: a key never seen); raises ValueError on a foreign schema version."""
-        if row is None:
-            return GateState()
-        data = json.loads(row)
-        if data.get("v") != STATE_VERSION:
-            raise ValueError(f"ip gate state schema version {data.get('v')!r}; this release reads {STATE_VERSION}")
-        return GateState(tuple((float(t), str(r)) for t, r in data["queue"]),
-                         tuple((str(i), float(d)) for i, d in data["leases"]),
-                         float(data["last_release"]), int(data["timer_ms"]), float(data.get("hold_until", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -211,13 +182,9 @@ def offer(state: GateState, request: dict[str, Any], now: float,
           policy: IpGatePolicy = DEFAULT_IP_GATE_POLICY) -> tuple[GateState, bool]:
     """Queue a FetchRequest (§2 invariant 1); False when the key's queue is full (refused, not queued).
     A queued request of the same host is superseded (see `supersede`) before the bound is checked."""
-    if len(state.queue) >= policy.max_queue:
+    if len(state.queue) >= policy.max_queue or not isinstance(request, dict):
         return state, False
-    try:
-        row = json.dumps(request, separators=(",", ":"))
-    except (TypeError, ValueError):  # not a JSON-shaped request: refused and counted, never a task failure
-        return state, False
-    return replace(state, queue=state.queue + ((now, row),)), True
+    return replace(state, queue=state.queue + ((now, request),)), True
 
 
 def supersede(state: GateState, request: dict[str, Any]) -> tuple[GateState, int]:
@@ -227,16 +194,8 @@ def supersede(state: GateState, request: dict[str, Any]) -> tuple[GateState, int
     host = request.get("host") if isinstance(request, dict) else None
     if not isinstance(host, str):
         return state, 0
-    needle = json.dumps(host)
-    kept = tuple(entry for entry in state.queue if _host_of(entry[1], needle) != host)
+    kept = tuple(entry for entry in state.queue if entry[1].get("host") != host)
     return replace(state, queue=kept), len(state.queue) - len(kept)
-
-
-def _host_of(row: str, needle: str) -> str | None:
-    if needle not in row:  # cheap pre-check: most rows belong to other hosts
-        return None
-    host = json.loads(row).get("host")
-    return host if isinstance(host, str) else None
 
 
 def finish(state: GateState, lease_id: Any, now: float = 0.0, hold_s: float = 0.0) -> tuple[GateState, bool]:
@@ -273,11 +232,10 @@ def release(state: GateState, key: str, now: float,
     if now < state.hold_until:
         return state, [], 0
     while queue and len(leases) < limit and (not last or now >= last + gap):
-        queued_at, row = queue.pop(0)
+        queued_at, request = queue.pop(0)
         if now - queued_at > policy.max_wait_s:
             stale += 1
             continue
-        request = json.loads(row)
         leases.append((str(request.get("lease_id")), now + policy.lease_timeout_s))
         last = now
         out.append(request)
