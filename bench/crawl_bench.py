@@ -145,6 +145,14 @@ def repeated_page_requests(log: Iterable[Mapping[str, Any]], window: Window) -> 
     return repeated
 
 
+def distinct_rate(figures: Mapping[str, Any]) -> float:
+    """Page requests per second in the window less those that repeat a page (0 for an empty window)."""
+    seconds = figures.get("window_s") or 0.0
+    if seconds <= 0:
+        return 0.0
+    return (figures["pages_in_window"] - figures.get("repeated_in_window", 0)) / seconds
+
+
 def first_request_at(log: Iterable[Mapping[str, Any]]) -> float | None:
     """When the first request (of any kind) reached the server, or None for an untouched web."""
     return min((r["started_at"] for r in log if r.get("event") == "request"), default=None)
@@ -315,6 +323,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     row("page requests in the window", lambda c: f"{c['pages_in_window']:,}")
     row("of them repeats of a page already fetched", lambda c: f"{c.get('repeated_in_window', 0):,}")
     row("**sustained pages/s**", lambda c: f"**{_fmt(c['pages_per_s'])}**")
+    row("distinct pages/s (repeats left out)", lambda c: _fmt(distinct_rate(c)))
     row("CPU per page, crawler processes", lambda c: _ms(c.get("cpu_per_page_s")))
     row("CPU per page, by process", lambda c: ", ".join(
         f"{g} {_ms(v)}" for g, v in (c.get("cpu_per_page_by_process") or {}).items()) or "n/a")
@@ -324,7 +333,9 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     lines.append("")
     if OURS in crawlers and SCRAPY in crawlers and crawlers[SCRAPY]["pages_per_s"] > 0:
         ratio = crawlers[OURS]["pages_per_s"] / crawlers[SCRAPY]["pages_per_s"]
-        lines += [f"**Ours / Scrapy: {ratio:.2f}×** sustained pages/s (target ≥ 6×).", ""]
+        distinct = distinct_rate(crawlers[OURS]) / max(distinct_rate(crawlers[SCRAPY]), 1e-9)
+        lines += [f"**Ours / Scrapy: {ratio:.2f}×** sustained pages/s, {distinct:.2f}× distinct pages/s "
+                  "(target ≥ 6×).", ""]
     ceiling = result["ceiling"]
     capacity = result.get("server_capacity") or {}
     lines += [f"- Politeness ceiling of this web: {ceiling['ours']:,.0f} pages/s for us (Σ 1/delay over hosts "

@@ -173,13 +173,13 @@ RESULT = {
     "ceiling": {"ours": 180.5, "scrapy": 170.0},
     "server_capacity": {"requests_per_s": 900.0, "requests_per_server_cpu_s": 1000.0, "connections": 16, "seconds": 10.0},
     "crawlers": {
-        "ours": {"pages_in_window": 4800, "pages_per_s": 100.0, "requests": 6000, "robots_requests": 200,
+        "ours": {"pages_in_window": 4800, "repeated_in_window": 600, "window_s": 48.0, "pages_per_s": 100.0, "requests": 6000, "robots_requests": 200,
                  "cpu_per_page_s": 0.0025, "cpu_per_page_by_process": {"taskmanager": 0.002, "kafka": 0.0005},
                  "violations": {}, "violations_total": 0, "warc_bytes": 1_000_000, "fetched": 100,
                  "warc_bytes_per_page": 10_000.0, "savepoint_bytes_per_url": 250.0,
                  "discovery_latency_s": {"p50": 12.0}, "fetch_latency_s": {"p50": 0.4},
                  "busy_ms_per_s": {"frontier": 400.0, "fetch": 600.0}},
-        "scrapy": {"pages_in_window": 1200, "pages_per_s": 25.0, "requests": 1500, "robots_requests": 190,
+        "scrapy": {"pages_in_window": 1200, "window_s": 48.0, "pages_per_s": 25.0, "requests": 1500, "robots_requests": 190,
                    "cpu_per_page_s": 0.012, "cpu_per_page_by_process": {"scrapy": 0.012},
                    "violations": {"crawl_delay": 7, "robots_unavailable": 6}, "violations_total": 13,
                    "stats": {"hostmap/resolver": "HostMapResolver", "hostmap/addresses_answered": 182,
@@ -194,7 +194,7 @@ def test_markdown_has_markers_both_crawlers_ratio_and_figures() -> None:
     assert md.startswith(cb.BEGIN) and md.endswith(cb.END)
     assert "| ours (Flink job) | Scrapy 2.19.0 |" in md
     assert "| **sustained pages/s** | **100.0** | **25.0** |" in md
-    assert "**Ours / Scrapy: 4.00×**" in md
+    assert "**Ours / Scrapy: 4.00×** sustained pages/s, 3.50× distinct pages/s" in md
     assert "2.50 ms" in md and "12.00 ms" in md
     assert "| politeness violations | 0 | 13 (crawl_delay 7, robots_unavailable 6) |" in md
     assert "180 pages/s for us" in md and "900.0 pages/s" in md
