@@ -32,7 +32,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -125,10 +125,14 @@ def is_preflight_path(path: str) -> bool:
     return path.split("?", 1)[0] in PREFLIGHT_PATHS
 
 
+def page_requests(log: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+    """The page requests of a server log: robots.txt, tdmrep.json and aborted requests left out."""
+    return (r for r in log if r.get("event") == "request" and not r.get("aborted") and not is_preflight_path(r["path"]))
+
+
 def page_request_ends(log: Iterable[Mapping[str, Any]]) -> list[float]:
-    """End times of the page requests in a server log (robots.txt and aborted requests excluded), sorted."""
-    return sorted(r["ended_at"] for r in log
-                  if r.get("event") == "request" and not r.get("aborted") and not is_preflight_path(r["path"]))
+    """End times of the page requests in a server log, sorted."""
+    return sorted(r["ended_at"] for r in page_requests(log))
 
 
 def repeated_page_requests(log: Iterable[Mapping[str, Any]], window: Window) -> int:
@@ -136,8 +140,7 @@ def repeated_page_requests(log: Iterable[Mapping[str, Any]], window: Window) -> 
     spent twice (an expired lease fetched again, say), which the page rate alone counts as progress."""
     seen: set[tuple[str, str]] = set()
     repeated = 0
-    for r in sorted((r for r in log if r.get("event") == "request" and not r.get("aborted")
-                     and not is_preflight_path(r["path"])), key=lambda r: r["ended_at"]):
+    for r in sorted(page_requests(log), key=lambda r: r["ended_at"]):
         key = (r["host"], r["path"])
         if key in seen and r["ended_at"] in window:
             repeated += 1
