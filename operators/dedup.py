@@ -29,6 +29,7 @@ from operators.parse import ParsedBundle
 from udfs.dedup import (DedupPolicy, DedupVerdict, OwnerRow, better, closest, decide_exact, decode_band, decode_owner,
                         encode_band, encode_owner, exact_candidate, insert, probe_keys, response_record_id,
                         unique_verdict)
+from udfs.records import response_url
 from udfs.warc import WarcPolicy, digest, format_date
 
 BUNDLE_TYPE = Types.PICKLED_BYTE_ARRAY()
@@ -73,7 +74,7 @@ def owner_capture(bundle: ParsedBundle, warc_policy: WarcPolicy) -> OwnerRow:
     writes them under `warc_policy`, and its derived response record id."""
     result = bundle["result"]
     request = result["request"]
-    url = result.get("url") or request["url"]
+    url = response_url(result)
     return OwnerRow(url=url, url_fp=request["fp"], warc_date=format_date(result["done_at"], warc_policy.date_precision),
                     payload_digest=digest(result["body"], warc_policy.digest_algorithm),
                     record_id=response_record_id(url, result["done_at"], request["lease_id"]),
@@ -88,14 +89,14 @@ def probe_of(bundle: ParsedBundle, policy: DedupPolicy, warc_policy: WarcPolicy)
     request = result["request"]
     return Probe(key=join_key(bundle), content_hash=bundle["content_hash"], simhash=bundle["simhash"],
                  owner=owner_capture(bundle, warc_policy) if _is_exact_candidate(bundle, policy) else None,
-                 url=result.get("url") or request["url"], url_fp=request["fp"], host=request["host"])
+                 url=response_url(result), url_fp=request["fp"], host=request["host"])
 
 
 def unpaired_verdict(bundle: ParsedBundle) -> DedupVerdict:
     """The verdict a page gets when its own never reached the writer: unique, with the response record
     id the exact operator may have stored for it, so a revisit that refers to it finds it."""
     result = bundle["result"]
-    url = result.get("url") or result["request"]["url"]
+    url = response_url(result)
     return unique_verdict(response_record_id(url, result["done_at"], result["request"]["lease_id"]))
 
 

@@ -21,7 +21,8 @@ from udfs.fetch_status import is_complete_page
 from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
-from udfs.records import SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, RobotsResult, TdmrepResult, b64, encode
+from udfs.records import (SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, RobotsResult, TdmrepResult, b64, encode,
+                          response_url)
 from udfs.simhash import simhash
 
 
@@ -64,7 +65,7 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
                           simhash=None, page=None)
     if not is_complete_page(result):
         return bundle
-    url = result.get("url") or result["request"]["url"]
+    url = response_url(result)
     found = extract(url, result["headers"], result["body"], policy, meta_names=meta_names(optout))
     verdict = decide(url, headers=result["headers"], meta=found.meta,
                      robots_disallowed=result["request"].get("ai_disallowed") or (),

@@ -49,7 +49,7 @@ from operators.parse import ParsedBundle
 from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, retry_after_seconds
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion, DiscoveredBatch,
-                          FetchResult, FetchStatus, ParsedPage, UrlEntry, encode)
+                          FetchResult, FetchStatus, ParsedPage, UrlEntry, encode, response_url)
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
@@ -414,7 +414,7 @@ def capture_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str 
         return []
     assert result["http_status"] is not None
     response, request = builder.capture(
-        result.get("url") or result["request"]["url"], result.get("request_headers", []), result["http_status"],
+        response_url(result), result.get("request_headers", []), result["http_status"],
         result["http_reason"], result["headers"], result["body"], date=result["done_at"], ip=result["ip"],
         truncated=result["truncated"], warcinfo_id=warcinfo_id, http_version=_http_version(result),
         response_id=response_id)
@@ -426,7 +426,7 @@ def revisit_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str 
     """Identical-payload revisit then request record of an exact duplicate (WARC 1.1 §6.7.2): the
     payload is not stored again; WARC-Refers-To names the owner's response record (decision 1300)."""
     assert verdict["revisit_of"] is not None and result["http_status"] is not None
-    url = result.get("url") or result["request"]["url"]
+    url = response_url(result)
     revisit = builder.revisit_identical(
         url, result["http_status"], result["http_reason"], result["headers"], result["body"],
         RevisitTarget(**verdict["revisit_of"]), date=result["done_at"], ip=result["ip"], warcinfo_id=warcinfo_id,
@@ -451,7 +451,7 @@ def bundle_records(builder: WarcBuilder, bundle: ParsedBundle, warcinfo_id: str 
     records = capture_records(builder, result, warcinfo_id, verdict["response_id"])
     near, simhash = verdict["near"], bundle["simhash"]
     if near is not None and simhash is not None:
-        records.append(builder.metadata(result.get("url") or result["request"]["url"], metadata_fields(near, simhash),
+        records.append(builder.metadata(response_url(result), metadata_fields(near, simhash),
                                         date=result["done_at"], concurrent_to=records[0].record_id,
                                         warcinfo_id=warcinfo_id))
     return records
@@ -462,7 +462,7 @@ def not_modified_records(builder: WarcBuilder, result: FetchResult, warcinfo_id:
     1113): WARC-Refers-To names the previous capture the frontier carried in `request.revisit_of`."""
     assert result["http_status"] is not None
     original = result["request"]["revisit_of"]
-    url = result.get("url") or result["request"]["url"]
+    url = response_url(result)
     revisit = builder.revisit_not_modified(
         url, result["http_status"], result["http_reason"], result["headers"],
         RevisitTarget(original["record_id"], original["target_uri"], original["date"], original.get("payload_digest")),
@@ -512,7 +512,7 @@ def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None
         fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3), bytes=len(result["body"]),
         content_hash=bundle["content_hash"], simhash=bundle["simhash"],
         etag=header_value(headers, "etag"), last_modified=header_value(headers, "last-modified"),
-        redirect=redirect_target(result.get("url") or request["url"], status, headers),
+        redirect=redirect_target(response_url(result), status, headers),
         retry_after=retry_after_seconds(headers, result["done_at"]) if status in (429, 503) else None,
         ip=result.get("ip"), capture=capture, duplicate=is_alias(bundle),
         near_duplicate=bool((bundle.get("dedup") or {}).get("near")),
@@ -535,7 +535,7 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
     duplicate_of = verdict["duplicate_of"] if verdict is not None else None
     near = verdict["near"] if verdict is not None else None
     record = ParsedPage(
-        v=SCHEMA_VERSION, url=request["url"], url_fp=request["fp"], final_url=result.get("url") or request["url"],
+        v=SCHEMA_VERSION, url=request["url"], url_fp=request["fp"], final_url=response_url(result),
         fetched_at=result["done_at"], http_status=200, content_type=header_value(result["headers"], "content-type"),
         content_hash=bundle["content_hash"], simhash=bundle["simhash"], duplicate_of=duplicate_of,
         near_duplicate_of=near["url"] if near is not None else None,
@@ -562,7 +562,7 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     depth = request.get("depth", 0) + 1
     hops = request.get("redirect_hops", 0) + 1   # for redirect targets: the frontier caps chains
     found: list[tuple[str, str, int]] = []
-    redirect = redirect_target(result.get("url") or request["url"], result["http_status"], result["headers"])
+    redirect = redirect_target(response_url(result), result["http_status"], result["headers"])
     if redirect is not None:
         found.append((redirect, "redirect", PRIORITY_REDIRECT))
     if page is not None and not is_alias(bundle):
@@ -675,7 +675,6 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         self._storage = storage
         self._discovery = discovery
         self._dedup = dedup
-        self._join: VerdictJoin[ParsedBundle, DedupVerdict] = VerdictJoin()
         self._archiver: PageArchiver | None = None
         self._builder = WarcBuilder(warc_policy)
         self._counters: dict[str, Any] = {}
@@ -700,10 +699,10 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         self._counters = {name: group.counter(name)
                           for name in ("captures", "bytes", "published", "frontier_events", "links_not_resent",
                                        "unpaired_pages", "dropped_verdicts")}
+        self._join: VerdictJoin[ParsedBundle, DedupVerdict] = VerdictJoin()   # in memory: decision 1616
+        self._join_counted = (0, 0)
         group.gauge("held_captures", lambda: self._archiver.held_captures if self._archiver else 0)
         group.gauge("awaiting_verdicts", lambda: self._join.waiting)
-        self._join = VerdictJoin()
-        self._join_counted = (0, 0)
         fetch_group = runtime_context.get_metrics_group().add_group("fetch")
         self._counters.update({status.value: fetch_group.counter(status.value) for status in FetchStatus})
 

@@ -183,6 +183,11 @@ class FetchResult(TypedDict):
     truncated: str | None       # WARC-Truncated reason ("length", "time") when capped
 
 
+def response_url(result: FetchResult) -> str:
+    """The URL the response came from: `url` when the fetch followed robots redirects, else the request's."""
+    return result.get("url") or result["request"]["url"]
+
+
 class ParsedPage(TypedDict):
     v: int
     url: str

@@ -413,5 +413,10 @@ def test_every_seed_is_either_in_a_batch_or_reported(urls: list[object]):
     except ContractError:
         assert not valid
         return
-    assert [u["url"] for _, b in batches for u in b["urls"]] == valid
+    # grouped per host (first appearance first): every valid URL once, each host's in the order given
+    per_host: dict[str, list[str]] = {}
+    for host, batch in batches:
+        per_host.setdefault(host, []).extend(u["url"] for u in batch["urls"])
+    assert per_host == {host: [url for url in valid if host_key(url) == host] for host in per_host}
+    assert sum(map(len, per_host.values())) == len(valid)
     assert all(decode_frontier_event(encode(dict(b))) for _, b in batches)
