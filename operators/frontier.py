@@ -39,6 +39,7 @@ from udfs.netguard import FetchPolicy
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, TdmrepRules, ai_disallowed, parse_tdmrep, tdmrep_match
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.records import FetchRequest, unb64
+from udfs.release_budget import ReleaseBudget
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
 from udfs.robots_cache import RulesByBody
@@ -60,12 +61,19 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     # decision 1930: tdmrep.json leases, files found, hosts without one (any non-2xx, expiry, or robots.txt
     # disallowing it), and released pages whose file rule reserves TDM (FetchRequest.tdm_file = 1)
     "tdmrep_leased", "tdmrep_found", "tdmrep_absent", "tdm_file_reserved",
+    # decision 1618: a ready host turned away because the subtask had its bound of leases out
+    "budget_waits",
 )
 # Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
     f"recrawl_depth_t{t}" for t in range(fl.RECRAWL_TIERS))
 GAUGES = DEPTH_GAUGES + ("hosts_with_queue", "oldest_due_age_s")
+# Levels of the release budget (decision 1618): leases out now, the bound in force, completions per minute.
+BUDGET_GAUGES = ("leases_out", "leases_cap", "completions_per_min")
 _REDIRECTS = (fl.UrlStatus.MOVED_PERMANENTLY, fl.UrlStatus.REDIRECTED)
+# Plan steps that put a lease out (they take room in the release budget) and events that end one.
+_LEASING = (fl.Step.FETCH_ROBOTS, fl.Step.FETCH_TDMREP, fl.Step.POP)
+_LEASE_ENDS = ("completion", "robots", "tdmrep")
 
 
 class ValueLike(Protocol):
@@ -158,7 +166,8 @@ class HostFrontier:
                  seen: SeenFilter | None = None, epoch: int = 1, due: MapLike | None = None,
                  recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, gauges: FrontierGauges | None = None,
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
-                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, tdmrep_body: ValueLike | None = None) -> None:
+                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, tdmrep_body: ValueLike | None = None,
+                 budget: ReleaseBudget | None = None) -> None:
         if recrawl.tiers > fl.RECRAWL_TIERS:
             raise ValueError(f"recrawl.tiers must be at most {fl.RECRAWL_TIERS} (the frontier's recrawl queues), "
                              f"got {recrawl.tiers}")
@@ -166,6 +175,7 @@ class HostFrontier:
         # `due` None turns recrawl off: no history, no schedule, one lane (the frontier before issue #6)
         self.due, self.recrawl = due, recrawl
         self.gauges = gauges
+        self.budget = budget   # None: every ready host leases at once (no bound on leases out, decision 1618)
         self.quality = quality
         # 5 agents cost about 15 us per released page (RobotsRules caches each agent's group), against
         # ~15 ms of frontier time per page in the crawl benchmark: no per-host cache of verdicts
@@ -190,6 +200,8 @@ class HostFrontier:
         self._due_timers = []
         controls = self.controls.for_host(host)
         kind = event.get("type") if isinstance(event, dict) else None
+        if self.budget is not None and kind in _LEASE_ENDS:
+            self.budget.ended(event.get("lease_id"), now)
         if kind == "discovered" and isinstance(event.get("urls"), list):
             state = self._admit_all(host, state, event["urls"], now, controls)
         elif kind == "completion":
@@ -215,9 +227,12 @@ class HostFrontier:
         elif self.due is not None:
             state = self._release_due(state, timer_ms, now)
         controls = self.controls.for_host(host)
+        lease = state.lease
         state, outcome = fl.expire_lease(state, now, self.policy, self._politeness_for(controls), self.robots_policy)
         if outcome.matched:
             self.count("leases_expired")
+            if self.budget is not None and lease is not None:
+                self.budget.ended(lease.lease_id, now, completed=False)
             state = self._apply(state, outcome)
             if outcome.store_tdmrep is not None:
                 self._store_tdmrep(host, outcome.store_tdmrep)
@@ -417,8 +432,12 @@ class HostFrontier:
                  before: fl.HostState) -> Effects:
         requests: list[FetchRequest] = []
         pops = 0
+        budget_full = False
         while not controls.halted:
             step = fl.plan(state, now, self._tdmrep).step
+            if step in _LEASING and self.budget is not None and not self.budget.admits(now):
+                budget_full = True
+                break
             if step is fl.Step.FETCH_ROBOTS:
                 state, request = fl.lease_robots(state, host, url_fp(fl.robots_url(host, state)), now, self.policy,
                                                  self.run)
@@ -468,9 +487,16 @@ class HostFrontier:
                 requests.append(request)
             else:
                 break
+        if self.budget is not None:
+            for request in requests:
+                self.budget.leased(request["lease_id"], request["lease_deadline"])
         wake = fl.wake_ms(state, now, self._tdmrep)
         if controls.halted and state.lease is None and state.queued:
             wake = fl.timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
+        elif budget_full:
+            # a host already waiting for room keeps its slot; a new one reserves the pacer's next
+            self.count("budget_waits")
+            wake = state.timer_ms if state.timer_ms > wake else fl.timer_ms(self.budget.wake_at(now))
         if wake and self.due is not None and wake % self._bucket_ms == 0:
             wake += 1  # never on a due bucket's time: deleting this timer must not delete that one
         old = state.timer_ms
@@ -525,6 +551,15 @@ class HostFrontier:
 
 
 @functools.lru_cache(maxsize=256)
+def budget_level(budget: ReleaseBudget, name: str) -> int:
+    """One of BUDGET_GAUGES."""
+    if name == "leases_out":
+        return budget.outstanding
+    if name == "leases_cap":
+        return budget.cap
+    return round(budget.rate * 60.0)
+
+
 def _with_rate(politeness: PolitenessPolicy, rate_limit_rps: float) -> PolitenessPolicy:
     return dataclasses.replace(politeness, default_delay_s=1.0 / rate_limit_rps, rate_limit_per_s=rate_limit_rps)
 
@@ -595,20 +630,27 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         seen = SeenFilter(self.bloom) if self.bloom.enabled else None
         gauges = FrontierGauges()
 
+        target_s = self.policy.lease_budget_s
+        budget = (ReleaseBudget(target_s, self.policy.min_leases_out, self.policy.max_leases_out, time.time())
+                  if target_s > 0 else None)
+
         def level(name: str) -> int:
             if name == "bloom_fill_ratio_ppm":
                 return int(seen.fill_ratio * 1_000_000) if seen is not None else 0
+            if name in BUDGET_GAUGES:
+                return budget_level(budget, name)
             return gauges.value(name, time.time())
 
         # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager (decision 1606).
-        self.levels = Levels(group, GAUGES + (("bloom_fill_ratio_ppm",) if seen is not None else ()), level)
+        self.levels = Levels(group, GAUGES + (("bloom_fill_ratio_ppm",) if seen is not None else ())
+                             + (BUDGET_GAUGES if budget is not None else ()), level)
         # One parse per distinct robots.txt body, shared by the hosts that serve it (decision 1613).
         parse_rules = RulesByBody(functools.partial(parse_robots, policy=self.robots_policy))
         self.frontier = HostFrontier(host_row, robots_body, slots, urls, self.count, parse_rules,
                                      self.policy, self.politeness, self.robots_policy, traps=self.traps,
                                      controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1,
                                      due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality,
-                                     optout=self.optout, tdmrep_body=tdmrep_body)
+                                     optout=self.optout, tdmrep_body=tdmrep_body, budget=budget)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         self._load_controls(ctx)

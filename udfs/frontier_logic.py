@@ -114,6 +114,11 @@ class FrontierPolicy:
         often, so an unblock or resume takes effect within it (5 s).
     due_bucket_s: width of the recrawl due buckets: URLs due within one bucket share one timer and
         come back at its end, at most this late (60 s; decision 1110).
+    release_target_s: the time from release to completion the subtask aims at: it keeps at most
+        (completions per second × this) leases out, and a ready host past that waits in the frontier
+        for room (20 s; at most a third of `lease_timeout_s` is used; 0 turns the bound off; decision 1618).
+    min_leases_out: the bound never goes below this many leases per subtask (256).
+    max_leases_out: nor above this many (100,000).
     """
 
     robots_agent: str = DEFAULT_USER_AGENT
@@ -129,11 +134,20 @@ class FrontierPolicy:
     fast_growth_window_s: float = 3_600.0
     control_poll_s: float = 5.0
     due_bucket_s: float = 60.0
+    release_target_s: float = 20.0
+    min_leases_out: int = 256
+    max_leases_out: int = 100_000
+
+    @property
+    def lease_budget_s(self) -> float:
+        """The release target in force (0 = no bound): never more than a third of a lease."""
+        return min(self.release_target_s, self.lease_timeout_s / 3.0)
 
     def __post_init__(self) -> None:
         if not self.robots_agent.strip():
             raise ValueError("frontier.robots_agent must not be empty")
-        for name in ("max_queue", "max_urls_per_host", "max_attempts", "max_pops_per_call", "fast_growth_urls"):
+        for name in ("max_queue", "max_urls_per_host", "max_attempts", "max_pops_per_call", "fast_growth_urls",
+                     "min_leases_out"):
             if getattr(self, name) < 1:
                 raise ValueError(f"frontier.{name} must be at least 1, got {getattr(self, name)!r}")
         if self.max_redirect_hops < 0:
@@ -143,6 +157,12 @@ class FrontierPolicy:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"frontier.{name} must be a finite number > 0, got {value!r}")
+        if not math.isfinite(self.release_target_s) or self.release_target_s < 0:
+            raise ValueError(f"frontier.release_target_s must be a finite number >= 0 (0 = no bound), "
+                             f"got {self.release_target_s!r}")
+        if self.max_leases_out < self.min_leases_out:
+            raise ValueError(f"frontier.max_leases_out ({self.max_leases_out!r}) must be at least "
+                             f"frontier.min_leases_out ({self.min_leases_out!r})")
         if self.due_bucket_s < 0.01:  # bucket times must leave room for the politeness timer between them
             raise ValueError(f"frontier.due_bucket_s must be at least 0.01, got {self.due_bucket_s!r}")
 

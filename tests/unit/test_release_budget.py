@@ -1,0 +1,228 @@
+"""The release budget (udfs.release_budget, decision 1618): the bound on leases out per frontier
+subtask, its rate estimate and its wake pacer; then the frontier glue with many hosts sharing one
+budget, driven with dict-backed keyed state and a simulated clock."""
+from __future__ import annotations
+
+import collections
+import heapq
+import random
+
+import pytest
+
+from operators.frontier import METRICS, HostFrontier
+from tests.unit.test_frontier_logic_host import T0, PrefixRules
+from udfs import frontier_logic as fl
+from udfs.politeness import PolitenessPolicy
+from udfs.release_budget import GRACE_S, HORIZON_TARGETS, RATE_WINDOW_S, ReleaseBudget
+from udfs.records import b64
+from udfs.urls import url_fp
+
+
+def test_the_bound_is_the_floor_until_a_rate_is_measured():
+    budget = ReleaseBudget(20.0, floor=4, ceiling=100, now=T0)
+    for n in range(4):
+        assert budget.admits(T0)
+        budget.leased(f"h{n}/r-1", T0 + 60)
+    assert not budget.admits(T0) and budget.outstanding == 4 and budget.cap == 4
+
+
+def test_the_bound_follows_completions_per_second_times_the_target():
+    budget = ReleaseBudget(20.0, floor=4, ceiling=1_000, now=T0)
+    for n in range(50):   # 50 completions in one 5 s window: 10 per second → 200 leases out
+        budget.leased(f"h{n}/r-1", T0 + 60)
+        budget.ended(f"h{n}/r-1", T0 + 1)
+    budget.admits(T0 + RATE_WINDOW_S)
+    assert budget.rate == pytest.approx(10.0) and budget.cap == 200
+
+
+def test_the_bound_never_exceeds_the_ceiling():
+    budget = ReleaseBudget(20.0, floor=4, ceiling=50, now=T0)
+    budget.rate = 100.0
+    assert budget.cap == 50
+
+
+def test_an_expiry_frees_room_but_is_not_a_completion():
+    budget = ReleaseBudget(20.0, floor=1, ceiling=10, now=T0)
+    budget.leased("a/r-1", T0 + 60)
+    budget.ended("a/r-1", T0 + 60, completed=False)
+    budget.admits(T0 + 60)
+    assert budget.outstanding == 0 and budget.rate == 0.0
+
+
+def test_leases_of_another_run_and_repeated_ends_change_nothing():
+    budget = ReleaseBudget(20.0, floor=1, ceiling=10, now=T0)
+    budget.leased("a/r-1", T0 + 60)
+    budget.ended("a/old-1", T0 + 1)      # the crashed run's lease, replayed from Kafka
+    budget.ended(None, T0 + 1)           # a malformed event
+    assert budget.outstanding == 1
+    budget.ended("a/r-1", T0 + 2)
+    budget.ended("a/r-1", T0 + 3)        # a duplicate completion
+    assert budget.outstanding == 0 and budget._completed == 1
+
+
+def test_a_lease_nobody_ended_is_forgotten_after_its_deadline_and_a_grace():
+    budget = ReleaseBudget(20.0, floor=1, ceiling=10, now=T0)
+    budget.leased("a/r-1", T0 + 60)
+    assert not budget.admits(T0 + 60 + GRACE_S)
+    assert budget.admits(T0 + 60 + GRACE_S + 1)
+
+
+def test_wake_slots_are_paced_faster_than_the_rate_and_never_beyond_the_horizon():
+    budget = ReleaseBudget(10.0, floor=4, ceiling=1_000, now=T0, rng=random.Random(1))
+    budget.rate = 5.0                                   # slots 1 / (2 × 5) = 0.1 s apart
+    slots = [budget.wake_at(T0) for _ in range(300)]
+    horizon = HORIZON_TARGETS * 10.0
+    assert slots[:3] == pytest.approx([T0 + 0.1, T0 + 0.2, T0 + 0.3])
+    assert all(T0 < s <= T0 + horizon for s in slots)
+    assert all(T0 + horizon / 2 <= s for s in slots[200:])   # past the horizon: its second half, at random
+    assert budget.waits == 300
+
+
+def test_a_bad_budget_is_rejected_with_its_values():
+    with pytest.raises(ValueError, match="floor <= ceiling"):
+        ReleaseBudget(20.0, floor=10, ceiling=5, now=T0)
+
+
+def test_the_policy_uses_at_most_a_third_of_the_lease_and_zero_turns_it_off():
+    assert fl.FrontierPolicy().lease_budget_s == 20.0
+    assert fl.FrontierPolicy(lease_timeout_s=15).lease_budget_s == 5.0
+    assert fl.FrontierPolicy(release_target_s=0).lease_budget_s == 0.0
+    with pytest.raises(ValueError, match="max_leases_out"):
+        fl.FrontierPolicy(min_leases_out=10, max_leases_out=5)
+
+
+# --- many hosts, one subtask --------------------------------------------------------------------
+
+
+class Keyed:
+    """Keyed state stand-ins: each handle reads and writes the current host's entry."""
+
+    def __init__(self) -> None:
+        self.current = ""
+
+    def value(self, name: str):
+        keyed = self
+
+        class Handle:
+            store: dict[str, object] = {}
+
+            def value(self):
+                return self.store.get(keyed.current)
+
+            def update(self, v) -> None:
+                self.store[keyed.current] = v
+        return Handle()
+
+    def map(self):
+        keyed = self
+
+        class Handle:
+            store: dict[str, dict] = collections.defaultdict(dict)
+
+            def get(self, k):
+                return self.store[keyed.current].get(k)
+
+            def put(self, k, v) -> None:
+                self.store[keyed.current][k] = v
+
+            def remove(self, k) -> None:
+                del self.store[keyed.current][k]
+
+            def keys(self):
+                return self.store[keyed.current].keys()
+        return Handle()
+
+
+class Subtask:
+    """A frontier subtask with `hosts` hosts and a fetcher that completes `per_second` leases a second,
+    in release order (the requests queue in front of it)."""
+
+    def __init__(self, hosts: int, budget: ReleaseBudget | None, per_second: float) -> None:
+        self.keyed = Keyed()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.frontier = HostFrontier(self.keyed.value("host"), self.keyed.value("robots"), self.keyed.map(),
+                                     self.keyed.map(), self._count, PrefixRules,
+                                     fl.FrontierPolicy(lease_timeout_s=60),
+                                     PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.1), budget=budget)
+        self.hosts = [f"h{n}.example" for n in range(hosts)]
+        self.timers: list[tuple[int, str]] = []
+        self.registered: dict[str, int] = {}
+        self.fetch_queue: collections.deque[tuple[str, dict]] = collections.deque()
+        self.next_fetch_at = T0
+        self.per_second = per_second
+        self.now = T0
+        self.released_at: dict[str, float] = {}
+        self.waits_in_queue: list[float] = []
+
+    def _count(self, name: str) -> None:
+        assert name in METRICS, name
+        self.counts[name] += 1
+
+    def _apply(self, host: str, effects) -> None:
+        if effects.timer_delete_ms and self.registered.get(host) == effects.timer_delete_ms:
+            del self.registered[host]
+        if effects.timer_register_ms:
+            self.registered[host] = effects.timer_register_ms
+            heapq.heappush(self.timers, (effects.timer_register_ms, host))
+        for request in effects.requests:
+            self.released_at[request["lease_id"]] = self.now
+            self.fetch_queue.append((host, request))
+
+    def event(self, host: str, event: dict) -> None:
+        self.keyed.current = host
+        self._apply(host, self.frontier.on_event(host, event, self.now))
+
+    def seed(self, pages: int) -> None:
+        for host in self.hosts:
+            urls = [{"url": f"http://{host}/p{n}", "fp": url_fp(f"http://{host}/p{n}"), "depth": 1,
+                     "priority": 5, "source": "link"} for n in range(pages)]
+            self.event(host, {"v": 1, "type": "discovered", "host": host, "urls": urls})
+
+    def run(self, seconds: float, step_s: float = 0.05) -> None:
+        end = self.now + seconds
+        while self.now < end:
+            self.now += step_s
+            while self.timers and self.timers[0][0] <= self.now * 1000:
+                ts, host = heapq.heappop(self.timers)
+                if self.registered.get(host) != ts:
+                    continue
+                del self.registered[host]
+                self.keyed.current = host
+                self._apply(host, self.frontier.on_timer(host, ts, self.now))
+            while self.fetch_queue and self.next_fetch_at <= self.now:
+                host, request = self.fetch_queue.popleft()
+                self.next_fetch_at += 1.0 / self.per_second
+                self.waits_in_queue.append(self.now - self.released_at[request["lease_id"]])
+                self._complete(host, request)
+
+    def _complete(self, host: str, request: dict) -> None:
+        if request["kind"] == "robots":
+            self.event(host, {"v": 1, "type": "robots", "host": host, "lease_id": request["lease_id"],
+                              "fetch_status": "ok", "http_status": 200, "fetched_at": self.now,
+                              "fetch_ms": 20.0, "body_b64": b64(b"")})
+            return
+        self.event(host, {"v": 1, "type": "completion", "host": host, "lease_id": request["lease_id"],
+                          "url": request["url"], "fp": request["fp"], "fetch_status": "ok", "http_status": 200,
+                          "started_at": self.now - 0.05, "done_at": self.now, "fetch_ms": 50.0, "bytes": 100,
+                          "content_hash": None, "simhash": None, "etag": None, "last_modified": None,
+                          "redirect": None, "retry_after": None})
+
+
+def test_without_a_bound_every_ready_host_leases_at_once_and_leases_expire_in_the_queue():
+    subtask = Subtask(hosts=1_000, budget=None, per_second=10.0)
+    subtask.seed(pages=3)
+    subtask.run(90.0)
+    assert subtask.counts["leases_expired"] > 0
+
+
+def test_with_a_bound_hosts_wait_in_the_frontier_and_no_lease_expires():
+    budget = ReleaseBudget(10.0, floor=20, ceiling=10_000, now=T0, rng=random.Random(7))
+    subtask = Subtask(hosts=1_000, budget=budget, per_second=10.0)
+    subtask.seed(pages=3)
+    subtask.run(120.0)
+    assert subtask.counts["leases_expired"] == 0
+    assert max(subtask.waits_in_queue) < 30.0                   # well inside the 60 s lease
+    assert len(subtask.waits_in_queue) >= 0.9 * 10.0 * 120.0    # the fetcher was kept busy
+    assert budget.outstanding <= budget.cap
+    # a waiting host looks again about once per half horizon at most, not at every step or event
+    assert subtask.counts["budget_waits"] < 1_000 * 120.0 / (HORIZON_TARGETS * 10.0 / 2)

@@ -1,0 +1,101 @@
+"""How many leases one frontier subtask may have out at once (decision 1618).
+
+Each host holds at most one lease, so without a bound a subtask with 5,000 ready hosts releases 5,000
+requests at once; the fetcher starts ~60 of them per second, the rest wait in its queue, and leases
+run out before their completion comes back (a repeated fetch each). Little's law sizes the bound: with
+completions coming back at rate X per second, X × `target_s` leases out means a lease takes about
+`target_s` from release to completion, queue included. The bound never drops below `floor` (a subtask
+that has not measured its rate yet, or a slow one, still fills the fetcher) nor rises above `ceiling`.
+
+A host that finds the budget full waits in the frontier (its queue is in keyed state), woken by its own
+timer at a slot of a pacer: slots are spaced by 1 / (`PACE_FACTOR` × rate), faster than completions
+free room, so the bound, not the pacer, limits releases (a pacer at the measured rate would lock the
+rate at whatever it measured first). A slot never lies more than `HORIZON_TARGETS` × `target_s` ahead:
+later hosts wake at a random point of the second half of that horizon and look again, so each waiting
+host looks at most about once per horizon / 2 (a wake-up costs a timer and a host-state write).
+
+Transient, like the Bloom filter: after a restore it starts empty and counts only this run's leases
+(their ids carry the run, decision 1604), so leases of the crashed run neither hold room nor free it.
+Pure: the clock and the random source come in.
+"""
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+
+RATE_WINDOW_S = 5.0      # completions are counted over windows this long
+RATE_WEIGHT = 0.5        # weight of the newest window in the moving rate
+PACE_FACTOR = 2.0        # wake slots come this much faster than completions free room
+HORIZON_TARGETS = 2.0    # no wake slot further ahead than this many targets
+GRACE_S = 60.0           # a lease this long past its deadline is forgotten even if no expiry said so
+
+
+class ReleaseBudget:
+    """Leases out (this run's, by id → deadline), the completion rate, and the wake pacer."""
+
+    __slots__ = ("target_s", "floor", "ceiling", "rate", "waits", "_out", "_window_start", "_completed",
+                 "_next_slot", "_random")
+
+    def __init__(self, target_s: float, floor: int, ceiling: int, now: float,
+                 rng: random.Random | None = None) -> None:
+        if target_s <= 0 or floor < 1 or ceiling < floor:
+            raise ValueError(f"release budget needs target_s > 0 and 1 <= floor <= ceiling, "
+                             f"got {target_s!r}, {floor!r}, {ceiling!r}")
+        self.target_s, self.floor, self.ceiling = target_s, floor, ceiling
+        self.rate = 0.0            # completions per second, moving
+        self.waits = 0             # hosts turned away since the start (a counter's source)
+        self._out: OrderedDict[str, float] = OrderedDict()
+        self._window_start, self._completed = now, 0
+        self._next_slot = now
+        self._random = rng if rng is not None else random.Random()
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._out)
+
+    @property
+    def cap(self) -> int:
+        """Leases this subtask may have out now: rate × target, within [floor, ceiling]."""
+        return max(self.floor, min(self.ceiling, int(self.rate * self.target_s)))
+
+    def admits(self, now: float) -> bool:
+        """Whether one more lease may go out at `now`."""
+        self._roll(now)
+        self._forget_lost(now)
+        return len(self._out) < self.cap
+
+    def leased(self, lease_id: str, deadline: float) -> None:
+        self._out[lease_id] = deadline
+
+    def ended(self, lease_id: object, now: float, completed: bool = True) -> None:
+        """A lease came back (`completed`) or expired; a lease this run did not count is ignored."""
+        if isinstance(lease_id, str) and self._out.pop(lease_id, None) is not None and completed:
+            self._completed += 1
+        self._roll(now)
+
+    def wake_at(self, now: float) -> float:
+        """The time a host turned away at `now` should look again (reserves one pacer slot)."""
+        self.waits += 1
+        pace = PACE_FACTOR * max(self.rate, self.floor / self.target_s)
+        slot = max(self._next_slot, now) + 1.0 / pace
+        horizon = HORIZON_TARGETS * self.target_s
+        if slot > now + horizon:   # the pacer is a full horizon ahead: spread the rest over its second half
+            return now + horizon * self._random.uniform(0.5, 1.0)
+        self._next_slot = slot
+        return slot
+
+    def _roll(self, now: float) -> None:
+        elapsed = now - self._window_start
+        if elapsed < RATE_WINDOW_S:
+            return
+        newest = self._completed / elapsed
+        self.rate = newest if self.rate == 0.0 else RATE_WEIGHT * newest + (1.0 - RATE_WEIGHT) * self.rate
+        self._window_start, self._completed = now, 0
+
+    def _forget_lost(self, now: float) -> None:
+        """Leases are added in deadline order (one lease length after release), so the oldest is first."""
+        while self._out:
+            lease_id, deadline = next(iter(self._out.items()))
+            if deadline + GRACE_S >= now:
+                return
+            del self._out[lease_id]
