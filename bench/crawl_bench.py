@@ -191,6 +191,7 @@ class Sample:
     cpu_s: Mapping[str, float]
     queue: float | None = None
     busy_ms_per_s: Mapping[str, float] = field(default_factory=dict)
+    counters: Mapping[str, float] = field(default_factory=dict)   # ours: the frontier's counters and levels
 
 
 def window_samples(samples: Sequence[Sample], window: Window) -> tuple[Sample, Sample] | None:
@@ -223,6 +224,21 @@ def mean_busy(samples: Sequence[Sample], window: Window) -> dict[str, float]:
             for vertex, busy in s.busy_ms_per_s.items():
                 sums[vertex].append(busy)
     return {vertex: statistics.fmean(values) for vertex, values in sums.items()}
+
+
+BUDGET_LEVELS = ("leases_out", "leases_cap", "completions_per_min")
+BUDGET_COUNTS = ("released", "robots_leased", "tdmrep_leased", "budget_waits", "leases_expired")
+
+
+def lease_budget(samples: Sequence[Sample], window: Window) -> dict[str, float]:
+    """The frontier's release budget over the window (decision 1618): the mean of each level, and how
+    much each lease counter grew between the window's first and last samples."""
+    inside = [s for s in samples if s.at in window and s.counters]
+    if len(inside) < 2:
+        return {}
+    out = {name: statistics.fmean(s.counters.get(name, 0.0) for s in inside) for name in BUDGET_LEVELS}
+    out |= {name: inside[-1].counters.get(name, 0.0) - inside[0].counters.get(name, 0.0) for name in BUDGET_COUNTS}
+    return out
 
 
 def politeness_ceiling(delays: Iterable[float | None]) -> float:
@@ -363,6 +379,14 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                   "- Ours, latency discovery → publication (Kafka timestamps): "
                   + (", ".join(f"{k} {v:,.1f} s" for k, v in lat.items()) or "n/a")
                   + "; fetch → publication: " + (", ".join(f"{k} {v:,.2f} s" for k, v in fetch_lat.items()) or "n/a") + "."]
+        budget = ours.get("lease_budget") or {}
+        if budget:
+            seconds = ours["window_s"] or 1.0
+            leases = sum(budget[k] for k in ("released", "robots_leased", "tdmrep_leased"))
+            lines.append(f"- Ours, frontier in the window (decision 1618): {budget['leases_out']:,.0f} leases out on "
+                         f"average, bound {budget['leases_cap']:,.0f}, completions {budget['completions_per_min'] / 60:,.1f}/s; "
+                         f"{leases / seconds:,.1f} leases/s, {budget['budget_waits'] / seconds:,.1f} hosts/s turned away "
+                         f"for room, {budget['leases_expired']:,.0f} leases expired.")
         busy = ours.get("busy_ms_per_s") or {}
         if busy:
             pps = ours["pages_per_s"] or None
@@ -404,28 +428,33 @@ def proc_table() -> dict[int, tuple[int, float]]:
     return out
 
 
+# What a crawler reports at each sample besides CPU: queue depth, busy ms/s per vertex, counters.
+Extra = tuple[float | None, dict[str, float], dict[str, float]]
+
+
 class Sampler:
     """Takes a `Sample` of named process trees (and whatever `extra` reports) when asked."""
 
-    def __init__(self, roots: Mapping[str, int | None], extra: Callable[[], tuple[float | None, dict[str, float]]]):
+    def __init__(self, roots: Mapping[str, int | None], extra: Callable[[], Extra]):
         self.roots = {name: pid for name, pid in roots.items() if pid is not None}
         self.extra = extra
         self.samples: list[Sample] = []
 
     def take(self) -> Sample:
         table = proc_table()
-        queue, busy = self.extra()
+        queue, busy, counters = self.extra()
         sample = Sample(time.monotonic(), {name: tree_cpu_s(table, pid) for name, pid in self.roots.items()},
-                        queue, busy)
+                        queue, busy, counters)
         self.samples.append(sample)
         return sample
 
 
-def flink_extra(stack: Any, job_id: str) -> Callable[[], tuple[float | None, dict[str, float]]]:
-    """Frontier queue (admitted + requeued − released) and busyTimeMsPerSecond per vertex, from REST."""
+def flink_extra(stack: Any, job_id: str) -> Callable[[], Extra]:
+    """Frontier queue (admitted + requeued − released), busyTimeMsPerSecond per vertex and the
+    frontier's counters, from REST."""
     from crawler.crawl import frontier_metrics
 
-    def read() -> tuple[float | None, dict[str, float]]:
+    def read() -> Extra:
         m = frontier_metrics(stack, job_id)
         queue = m["admitted"] + m.get("requeued", 0.0) - m.get("released", 0.0) if "admitted" in m else None
         busy: dict[str, float] = {}
@@ -435,7 +464,7 @@ def flink_extra(stack: Any, job_id: str) -> Callable[[], tuple[float | None, dic
             for metric in got:
                 if metric.get("id") == "busyTimeMsPerSecond" and metric.get("sum") is not None:
                     busy[vertex["name"][:80]] = float(metric["sum"])
-        return queue, busy
+        return queue, busy, m
     return read
 
 
@@ -616,9 +645,9 @@ def run_scrapy(spec: BenchSpec, policy_file: Path, progress: Callable[[str], Non
         proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
         samples_file = out / SAMPLES_FILE
 
-        def scheduler_depth() -> tuple[float | None, dict[str, float]]:
+        def scheduler_depth() -> Extra:
             lines = samples_file.read_text().splitlines() if samples_file.exists() else []
-            return (json.loads(lines[-1]).get("scheduled") if lines else None), {}
+            return (json.loads(lines[-1]).get("scheduled") if lines else None), {}, {}
 
         sampler = Sampler({"scrapy": proc.pid, "web server": web.pid}, scheduler_depth)
         progress(f"scrapy: pid {proc.pid}")
@@ -678,6 +707,7 @@ def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, m
         "violations": violation_counts(violations), "violations_total": len(violations),
         "violation_examples": [f"{v.kind.value} {v.host}{v.path}: {v.detail}" for v in violations[:5]],
         "busy_ms_per_s": mean_busy(run.samples, window),
+        "lease_budget": lease_budget(run.samples, window),
         "throughput_series": rate_series(ends, first, first + spec.seconds, max(spec.sample_every_s, 5.0)),
         "queue_series": [(s.at - first, s.queue) for s in run.samples if s.queue is not None and s.at >= first],
         **run.extra,

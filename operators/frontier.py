@@ -550,7 +550,6 @@ class HostFrontier:
             self._rules.popitem(last=False)
 
 
-@functools.lru_cache(maxsize=256)
 def budget_level(budget: ReleaseBudget, name: str) -> int:
     """One of BUDGET_GAUGES."""
     if name == "leases_out":
@@ -560,6 +559,7 @@ def budget_level(budget: ReleaseBudget, name: str) -> int:
     return round(budget.rate * 60.0)
 
 
+@functools.lru_cache(maxsize=256)
 def _with_rate(politeness: PolitenessPolicy, rate_limit_rps: float) -> PolitenessPolicy:
     return dataclasses.replace(politeness, default_delay_s=1.0 / rate_limit_rps, rate_limit_per_s=rate_limit_rps)
 

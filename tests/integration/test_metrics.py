@@ -66,7 +66,8 @@ PRESENT = (
 )
 # The frontier's gauges (operators/frontier.py, added for issue #7 by its owner).
 FRONTIER_GAUGES = (*(f"frontier.queue_depth_p{p}" for p in range(10)), "frontier.hosts_with_queue",
-                   "frontier.oldest_due_age_s")
+                   "frontier.oldest_due_age_s", "frontier.leases_out", "frontier.leases_cap",
+                   "frontier.completions_per_min")
 
 
 def web_with_failures(workdir: Path) -> SyntheticWebProcess:
@@ -174,6 +175,12 @@ def test_frontier_gauges_are_present_and_not_negative(metrics_run, name):
 
 def test_hosts_had_queues_at_some_point(metrics_run):
     assert metrics_run["peak"].get("frontier.hosts_with_queue", 0) > 0
+
+
+def test_the_release_budget_saw_leases_out_and_completions_coming_back(metrics_run):
+    peak = metrics_run["peak"]
+    assert peak.get("frontier.leases_out", 0) > 0 and peak.get("frontier.completions_per_min", 0) > 0, peak
+    assert peak.get("frontier.leases_cap", 0) >= 256   # frontier.min_leases_out
 
 
 def test_counts_never_exceed_what_the_server_answered(metrics_run):

@@ -105,6 +105,16 @@ def test_mean_busy_averages_the_samples_in_the_window() -> None:
     assert cb.mean_busy(_samples(), cb.Window(5.0, 25.0)) == {"frontier": 200.0}
 
 
+def test_the_lease_budget_averages_levels_and_takes_the_growth_of_counts_in_the_window() -> None:
+    samples = [cb.Sample(10.0, {}, counters={"leases_out": 100, "leases_cap": 200, "budget_waits": 5, "released": 50}),
+               cb.Sample(20.0, {}, counters={"leases_out": 300, "leases_cap": 400, "budget_waits": 25, "released": 90}),
+               cb.Sample(40.0, {}, counters={"leases_out": 900, "budget_waits": 99})]
+    budget = cb.lease_budget(samples, cb.Window(5.0, 25.0))
+    assert budget["leases_out"] == 200 and budget["leases_cap"] == 300
+    assert budget["budget_waits"] == 20 and budget["released"] == 40 and budget["leases_expired"] == 0
+    assert cb.lease_budget(samples[:1], cb.Window(5.0, 25.0)) == {}
+
+
 def test_tree_cpu_sums_a_process_and_its_descendants_only() -> None:
     table = {1: (0, 100.0), 10: (1, 2.0), 11: (10, 3.0), 12: (11, 4.0), 20: (1, 50.0), 30: (99, 7.0)}
     assert cb.tree_cpu_s(table, 10) == pytest.approx(9.0)

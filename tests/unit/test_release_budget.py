@@ -226,3 +226,12 @@ def test_with_a_bound_hosts_wait_in_the_frontier_and_no_lease_expires():
     assert budget.outstanding <= budget.cap
     # a waiting host looks again about once per half horizon at most, not at every step or event
     assert subtask.counts["budget_waits"] < 1_000 * 120.0 / (HORIZON_TARGETS * 10.0 / 2)
+
+
+def test_the_budget_levels_follow_the_budget_as_it_changes():
+    from operators.frontier import budget_level
+    budget = ReleaseBudget(20.0, floor=4, ceiling=1_000, now=T0)
+    assert [budget_level(budget, n) for n in ("leases_out", "leases_cap", "completions_per_min")] == [0, 4, 0]
+    budget.leased("a/r-1", T0 + 60)
+    budget.rate = 10.0
+    assert [budget_level(budget, n) for n in ("leases_out", "leases_cap", "completions_per_min")] == [1, 200, 600]
