@@ -494,9 +494,11 @@ class HostFrontier:
         if controls.halted and state.lease is None and state.queued:
             wake = fl.timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
         elif budget_full:
-            # a host already waiting for room keeps its slot; a new one reserves the pacer's next
-            self.count("budget_waits")
-            wake = state.timer_ms if state.timer_ms > wake else fl.timer_ms(self.budget.wake_at(now))
+            if state.timer_ms > wake:   # already waiting for room (an event reached it): keeps its slot
+                wake = state.timer_ms
+            else:                       # turned away: reserves the pacer's next slot
+                self.count("budget_waits")
+                wake = fl.timer_ms(self.budget.wake_at(now))
         if wake and self.due is not None and wake % self._bucket_ms == 0:
             wake += 1  # never on a due bucket's time: deleting this timer must not delete that one
         old = state.timer_ms

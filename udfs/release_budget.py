@@ -33,7 +33,7 @@ GRACE_S = 60.0           # a lease this long past its deadline is forgotten even
 class ReleaseBudget:
     """Leases out (this run's, by id → deadline), the completion rate, and the wake pacer."""
 
-    __slots__ = ("target_s", "floor", "ceiling", "rate", "waits", "_out", "_window_start", "_completed",
+    __slots__ = ("target_s", "floor", "ceiling", "rate", "_out", "_window_start", "_completed",
                  "_next_slot", "_random")
 
     def __init__(self, target_s: float, floor: int, ceiling: int, now: float,
@@ -43,7 +43,6 @@ class ReleaseBudget:
                              f"got {target_s!r}, {floor!r}, {ceiling!r}")
         self.target_s, self.floor, self.ceiling = target_s, floor, ceiling
         self.rate = 0.0            # completions per second, moving
-        self.waits = 0             # hosts turned away since the start (a counter's source)
         self._out: OrderedDict[str, float] = OrderedDict()
         self._window_start, self._completed = now, 0
         self._next_slot = now
@@ -75,7 +74,6 @@ class ReleaseBudget:
 
     def wake_at(self, now: float) -> float:
         """The time a host turned away at `now` should look again (reserves one pacer slot)."""
-        self.waits += 1
         pace = PACE_FACTOR * max(self.rate, self.floor / self.target_s)
         slot = max(self._next_slot, now) + 1.0 / pace
         horizon = HORIZON_TARGETS * self.target_s
