@@ -150,7 +150,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     valid_controls = (controls.flat_map(_valid_events, output_type=EVENT_TYPE)
                       .uid("valid-controls").name("valid controls"))
     frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch,
-                                config.bloom, config.recrawl, config.host_quality, optout=config.optout)
+                                config.bloom, config.recrawl, config.host_quality, optout=config.optout,
+                                soft404=config.soft404 if config.soft404.enabled else None)
     events = (decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
               .union(outcomes.flat_map(_frontier_events, output_type=EVENT_TYPE)
                      .uid("valid-outcomes").name("valid outcomes")))
@@ -164,6 +165,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                           extract_policy=config.extract, warc_policy=config.warc, storage=config.storage,
                           fetch_parallelism=job.fetch_parallelism, dedup=config.dedup,
                           discovery=config.discovery, optout=config.optout, gate=config.ipgate,
+                          soft404=config.soft404,
                           writer_slot_group=job.writer_slot_group)
     set_python_mode(env, "thread")
 

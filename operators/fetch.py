@@ -38,7 +38,7 @@ from pyflink.datastream.functions import RuntimeContext
 from operators.dedup import BUNDLE_TYPE, Probe, add_dedup, join_key
 from operators.fetch_loop import GATE_COUNTS, FetchLoop
 from operators.modes import set_python_mode
-from operators.parse import ParseFunction, is_robots, is_tdmrep, robots_output, tdmrep_outputs
+from operators.parse import ParseFunction, is_probe, is_robots, is_tdmrep, probe_outputs, robots_output, tdmrep_outputs
 from operators.resolver import GuardedResolver, ResolveFailure, load_pins
 from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
 from udfs.dedup import DedupPolicy
@@ -53,6 +53,7 @@ from udfs.netguard import FetchPolicy
 from udfs.records import FetchRequest, FetchResult, FetchStatus
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy
+from udfs.soft404 import DEFAULT_SOFT404_POLICY, Soft404Policy
 from udfs.storage import StoragePolicy
 from udfs.warc import WarcPolicy
 
@@ -498,10 +499,12 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY,
                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
                 gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY,
-                writer_slot_group: str = "") -> DataStream:
+                writer_slot_group: str = "",
+                soft404: Soft404Policy = DEFAULT_SOFT404_POLICY) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
-    The graph of §1 from fetch to the two sinks: fetch → robots and tdmrep results (crawl.outcomes), and
+    The graph of §1 from fetch to the two sinks: fetch → robots, tdmrep and soft-404 probe results
+    (crawl.outcomes), and
     fetch → parse → WARC writer, joined there by the content dedup verdicts of
     parse → probe → dedup (decision 1616) (pages.parsed, crawl.frontier, crawl.outcomes). The fetch
     operator needs the `process` execution mode to be in force when this is called (ARCHITECTURE.md
@@ -518,9 +521,12 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     # unchained writer.
     max_tdmrep = optout.max_tdmrep_bytes
     robots = (fetched.flat_map(lambda r: [robots_output(r, policy.robots_max_bytes)] if is_robots(r)
-                               else tdmrep_outputs(r, max_tdmrep) if is_tdmrep(r) else [],
+                               else tdmrep_outputs(r, max_tdmrep) if is_tdmrep(r)
+                               else probe_outputs(r, extract_policy) if is_probe(r) else [],
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
-    pages = fetched.flat_map(ParseFunction(extract_policy, optout), output_type=FETCH_RESULT_TYPE).uid("parse").name("parse")
+    soft404_checks = soft404 if soft404.enabled else None
+    pages = (fetched.flat_map(ParseFunction(extract_policy, optout, soft404_checks), output_type=FETCH_RESULT_TYPE)
+             .uid("parse").name("parse"))
     set_mode = functools.partial(set_python_mode, requests.get_execution_environment())
     # The page goes to the writer directly; dedup sees a small probe of it, and the writer pairs the
     # verdict with the page by join key (decision 1616).

@@ -43,6 +43,7 @@ from udfs.release_budget import ReleaseBudget
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
 from udfs.robots_cache import RulesByBody
+from udfs.soft404 import Soft404Policy, is_suspect, probe_url
 from udfs.traps import DEFAULT_TRAP_POLICY, TrapPolicy
 from udfs.urls import host_key, url_fp
 
@@ -63,6 +64,9 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "tdmrep_leased", "tdmrep_found", "tdmrep_absent", "tdm_file_reserved",
     # decision 1618: a ready host turned away because the subtask had its bound of leases out
     "budget_waits",
+    # decision 1803: soft-404 probes leased, hosts whose probe was answered 200 (their pages are
+    # checked), and pages found to be the host's "not found" page
+    "probe_leased", "probe_suspect", "soft_404",
 )
 # Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
@@ -72,8 +76,8 @@ GAUGES = DEPTH_GAUGES + ("hosts_with_queue", "oldest_due_age_s")
 BUDGET_GAUGES = ("leases_out", "leases_cap", "completions_per_min")
 _REDIRECTS = (fl.UrlStatus.MOVED_PERMANENTLY, fl.UrlStatus.REDIRECTED)
 # Plan steps that put a lease out (they take room in the release budget) and events that end one.
-_LEASING = (fl.Step.FETCH_ROBOTS, fl.Step.FETCH_TDMREP, fl.Step.POP)
-_LEASE_ENDS = ("completion", "robots", "tdmrep")
+_LEASING = (fl.Step.FETCH_ROBOTS, fl.Step.FETCH_TDMREP, fl.Step.FETCH_PROBE, fl.Step.POP)
+_LEASE_ENDS = ("completion", "robots", "tdmrep", "probe")
 
 
 class ValueLike(Protocol):
@@ -154,6 +158,9 @@ class HostFrontier:
     With a `tdmrep_body` state and `optout.tdmrep_fetched`, each host's tdmrep.json is leased after
     robots.txt (decision 1930), its body kept there, parsed once per host and expiry into a transient
     cache like the robots rules, and a released page carries its file rule's value (`tdm_file`).
+    With a `soft404` policy each host with a queue is probed next (a random page-like path, decision
+    1803); while its probe answer is a 200 page, each released page carries it (`soft404_probe`) for
+    the parse step to compare with.
     """
 
     def __init__(self, host_row: ValueLike, robots_body: ValueLike, slots: MapLike, urls: MapLike,
@@ -167,7 +174,7 @@ class HostFrontier:
                  recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, gauges: FrontierGauges | None = None,
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
                  optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, tdmrep_body: ValueLike | None = None,
-                 budget: ReleaseBudget | None = None) -> None:
+                 budget: ReleaseBudget | None = None, soft404: Soft404Policy | None = None) -> None:
         if recrawl.tiers > fl.RECRAWL_TIERS:
             raise ValueError(f"recrawl.tiers must be at most {fl.RECRAWL_TIERS} (the frontier's recrawl queues), "
                              f"got {recrawl.tiers}")
@@ -176,6 +183,8 @@ class HostFrontier:
         self.due, self.recrawl = due, recrawl
         self.gauges = gauges
         self.budget = budget   # None: every ready host leases at once (no bound on leases out, decision 1618)
+        self.soft404 = soft404  # None: no soft-404 probes, no checks (decision 1803)
+        self._probe_paths = random.Random()
         self.quality = quality
         # 5 agents cost about 15 us per released page (RobotsRules caches each agent's group), against
         # ~15 ms of frontier time per page in the crawl benchmark: no per-host cache of verdicts
@@ -208,6 +217,8 @@ class HostFrontier:
             state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls),
                                               *self._recrawl_args(state))
             state = self._apply(state, outcome)
+            if outcome.record is not None and outcome.record.status is fl.UrlStatus.SOFT_404:
+                self.count("soft_404")
             if outcome.matched and event.get("http_status") == 200:
                 state = fl.replace(state, quality=observe_quality(
                     state.quality, event.get("duplicate") is True, event.get("near_duplicate") is True, self.quality))
@@ -215,6 +226,8 @@ class HostFrontier:
             state = self._robots_result(host, state, event, now, controls)
         elif kind == "tdmrep":
             state = self._tdmrep_result(host, state, event, now, controls)
+        elif kind == "probe":
+            state = self._probe_result(state, event, now, controls)
         else:
             self.count("events_malformed")
         return self._release(host, state, now, controls, before)
@@ -386,6 +399,15 @@ class HostFrontier:
             self._store_tdmrep(host, outcome.store_tdmrep)
         return state
 
+    def _probe_result(self, state: fl.HostState, event: dict[str, Any], now: float,
+                      controls: HostControls) -> fl.HostState:
+        state, outcome = fl.on_probe(state, event, now, self._politeness_for(controls))
+        if not outcome.matched:
+            self.count("completions_stale")
+        elif is_suspect(state.probe):
+            self.count("probe_suspect")
+        return state
+
     def _store_tdmrep(self, host: str, body: str) -> None:
         """Keep a host's tdmrep.json body ("" = no file) and drop its stale parse."""
         if self.tdmrep_body is not None:
@@ -434,7 +456,7 @@ class HostFrontier:
         pops = 0
         budget_full = False
         while not controls.halted:
-            step = fl.plan(state, now, self._tdmrep).step
+            step = fl.plan(state, now, self._tdmrep, self.soft404).step
             if step in _LEASING and self.budget is not None and not self.budget.admits(now):
                 budget_full = True
                 break
@@ -452,6 +474,14 @@ class HostFrontier:
                     continue
                 self.count("tdmrep_leased")
                 requests.append(tdmrep)
+            elif step is fl.Step.FETCH_PROBE:
+                url = probe_url(host, self._probe_paths, state.scheme)
+                state, probe = fl.lease_probe(state, host, url, url_fp(url), self._rules_for(host, state), now,
+                                              self.policy, self.run)
+                if probe is None:   # robots.txt keeps us off the path: no checks until the retry
+                    continue
+                self.count("probe_leased")
+                requests.append(probe)
             elif step is fl.Step.POP and pops < self.policy.max_pops_per_call:
                 pops += 1
                 state, slot = fl.pop(state) if self.due is None else fl.pop_lane(state, self.recrawl)
@@ -481,6 +511,8 @@ class HostFrontier:
                         request["tdm_file"] = value
                         if value == 1:
                             self.count("tdm_file_reserved")
+                if self.soft404 is not None and is_suspect(state.probe):
+                    request["soft404_probe"] = state.probe.to_row()   # parse compares the page with it
                 self.count("released")
                 if item.recrawl:
                     self.count("recrawl_released")
@@ -490,7 +522,7 @@ class HostFrontier:
         if self.budget is not None:
             for request in requests:
                 self.budget.leased(request["lease_id"], request["lease_deadline"])
-        wake = fl.wake_ms(state, now, self._tdmrep)
+        wake = fl.wake_ms(state, now, self._tdmrep, self.soft404)
         if controls.halted and state.lease is None and state.queued:
             wake = fl.timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
         elif budget_full:
@@ -600,13 +632,16 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, fetch_policy: FetchPolicy | None = None,
                  bloom: BloomPolicy = DEFAULT_BLOOM_POLICY, recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY,
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
-                 optout: OptOutPolicy | None = None) -> None:
+                 optout: OptOutPolicy | None = None, soft404: Soft404Policy | None = None) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self.quality = quality
         # The job passes its `[optout]` section; a frontier built without one (test harnesses that
         # script every fetch) keeps the two-kind protocol: no tdmrep.json leases (decision 1930).
         self.optout = optout if optout is not None else dataclasses.replace(DEFAULT_OPTOUT_POLICY, fetch_tdmrep=False)
         self.recrawl = recrawl
+        # Like tdmrep.json: a frontier built without a `[soft404]` policy (test harnesses that script
+        # every fetch) leases no probes; the job passes its section when enabled (decision 1803).
+        self.soft404 = soft404
         self.bloom = bloom
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
         self.frontier: HostFrontier | None = None
@@ -652,7 +687,8 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                                      self.policy, self.politeness, self.robots_policy, traps=self.traps,
                                      controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1,
                                      due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality,
-                                     optout=self.optout, tdmrep_body=tdmrep_body, budget=budget)
+                                     optout=self.optout, tdmrep_body=tdmrep_body, budget=budget,
+                                     soft404=self.soft404)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         self._load_controls(ctx)

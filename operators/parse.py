@@ -17,13 +17,14 @@ from collections.abc import Iterator
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
 from udfs.dedup import DedupVerdict
-from udfs.fetch_status import is_complete_page
+from udfs.fetch_status import is_complete_page, retry_after_seconds
 from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
-from udfs.records import (SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, RobotsResult, TdmrepResult, b64, encode,
-                          response_url)
+from udfs.records import (SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, ProbeResult, RobotsResult, TdmrepResult,
+                          b64, encode, response_url)
 from udfs.simhash import simhash
+from udfs.soft404 import ProbeRow, Soft404Policy, is_soft_404
 
 
 class PageFacts(TypedDict):
@@ -41,6 +42,9 @@ class PageFacts(TypedDict):
     # {"reserved": bool, "reason": str}: whether the site reserves text-and-data mining (issue #9,
     # decision 1203); pages.parsed carries it as `optout`
     optout: NotRequired[dict[str, Any]]
+    # True: the host's "not found" page served as a 200 (decision 1803): archived, not published,
+    # its links not followed
+    soft_404: NotRequired[bool]
 
 
 class ParsedBundle(TypedDict):
@@ -57,9 +61,11 @@ def content_hash(body: bytes) -> str:
 
 
 def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
-                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> ParsedBundle:
+                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, soft404: Soft404Policy | None = None) -> ParsedBundle:
     """Hash, SimHash, extract and judge the TDM opt-out of one page result (§1 parse; issue #9, decisions
-    1202-1203); never raises (extract reports errors as data, decide counts bad input as no signal)."""
+    1202-1203); with a `soft404` policy, compare it with its host's probe answer when the request
+    carries one (decision 1803). Never raises (extract reports errors as data, decide counts bad input
+    as no signal, a malformed probe row checks nothing)."""
     has_response = result["http_status"] is not None
     bundle = ParsedBundle(result=result, content_hash=content_hash(result["body"]) if has_response else None,
                           simhash=None, page=None)
@@ -78,7 +84,48 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
         noindex=found.robots.noindex, nofollow=found.robots.nofollow, error=found.error,
         optout=verdict.as_record(),
     )
+    probe = result["request"].get("soft404_probe")
+    if soft404 is not None and probe and _like_probe(probe, result, bundle["simhash"], found.title, soft404):
+        bundle["page"]["soft_404"] = True
     return bundle
+
+
+def _like_probe(row: str, result: FetchResult, page_simhash: int, title: str | None, policy: Soft404Policy) -> bool:
+    try:
+        probe = ProbeRow.from_row(row)
+    except ValueError:
+        return False
+    return is_soft_404(probe, result["http_status"], page_simhash, len(result["body"]), title, policy)
+
+
+def is_probe(result: FetchResult) -> bool:
+    """Whether `result` answers a soft-404 probe lease (routed to crawl.outcomes, not to parse: decision 1803)."""
+    return result["request"].get("kind") == "probe"
+
+
+def probe_event(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY) -> ProbeResult:
+    """The `ProbeResult` crawl.outcomes event of a soft-404 probe (decision 1803): the SimHash and title
+    of a complete page answer, computed as for any page, so the frontier can compare the host's pages."""
+    request = result["request"]
+    page_simhash, title = None, None
+    if is_complete_page(result):
+        found = extract(response_url(result), result["headers"], result["body"], policy)
+        page_simhash, title = simhash(found.text), found.title
+    status = result["http_status"]
+    return ProbeResult(
+        v=SCHEMA_VERSION, type="probe", host=request["host"], lease_id=request["lease_id"],
+        fetch_status=result["fetch_status"], http_status=status, fetched_at=result["done_at"],
+        fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3), bytes=len(result["body"]),
+        simhash=page_simhash, title=title,
+        retry_after=retry_after_seconds(result["headers"], result["done_at"]) if status in (429, 503) else None,
+        ip=result.get("ip"),
+    )
+
+
+def probe_outputs(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY) -> list[tuple[str, str, bytes]]:
+    """A probe result as crawl.outcomes records: its `ProbeResult` (key = host)."""
+    event = probe_event(result, policy)
+    return [(TOPIC_OUTCOMES, event["host"], encode(dict(event)))]
 
 
 def robots_event(result: FetchResult, max_bytes: int) -> RobotsResult:
@@ -127,23 +174,25 @@ def tdmrep_outputs(result: FetchResult, max_bytes: int) -> list[tuple[str, str, 
 
 
 class ParseFunction(FlatMapFunction):
-    """Page FetchResult → ParsedBundle (robots and tdmrep results are skipped: they go to crawl.outcomes).
+    """Page FetchResult → ParsedBundle (robots, tdmrep and probe results are skipped: they go to crawl.outcomes).
 
     Counts pages parsed, results not parsed, parser errors, links found and pages whose site reserves
     TDM (`optout_reserved`); gauges the p50/p95 of the time `parse_result` took over the recent pages
     (docs/metrics.md).
     """
 
-    def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> None:
+    def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
+                 soft404: Soft404Policy | None = None) -> None:
         self._policy = policy
         self._optout = optout
+        self._soft404 = soft404
         self._counters: dict[str, Any] = {}
         self._latency = RecentWindow()
 
     def open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group().add_group("parse")
         self._counters = {name: group.counter(name)
-                          for name in ("pages", "skipped", "errors", "links", "optout_reserved")}
+                          for name in ("pages", "skipped", "errors", "links", "optout_reserved", "soft_404")}
         # Read once per bundle (PyFlink reads gauges at each bundle's end): one sort per read.
         group.gauge("latency_p50_us", functools.partial(self._percentile_us, 0.5))
         group.gauge("latency_p95_us", functools.partial(self._percentile_us, 0.95))
@@ -152,10 +201,10 @@ class ParseFunction(FlatMapFunction):
         return micros(self._latency.percentiles(quantile)[0])
 
     def flat_map(self, value: FetchResult) -> Iterator[ParsedBundle]:
-        if is_robots(value) or is_tdmrep(value):
+        if is_robots(value) or is_tdmrep(value) or is_probe(value):
             return
         parsing = time.perf_counter()
-        bundle = parse_result(value, self._policy, self._optout)
+        bundle = parse_result(value, self._policy, self._optout, self._soft404)
         page = bundle["page"]
         if page is None:
             self._counters["skipped"].inc()
@@ -168,4 +217,6 @@ class ParseFunction(FlatMapFunction):
             optout = page.get("optout")
             if optout is not None and optout["reserved"]:
                 self._counters["optout_reserved"].inc()
+            if page.get("soft_404"):
+                self._counters["soft_404"].inc()
         yield bundle

@@ -515,19 +515,25 @@ def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None
         redirect=redirect_target(response_url(result), status, headers),
         retry_after=retry_after_seconds(headers, result["done_at"]) if status in (429, 503) else None,
         ip=result.get("ip"), capture=capture, duplicate=is_alias(bundle),
-        near_duplicate=bool((bundle.get("dedup") or {}).get("near")),
+        near_duplicate=bool((bundle.get("dedup") or {}).get("near")), soft_404=is_soft_404_page(bundle),
     )
 
 
+def is_soft_404_page(bundle: ParsedBundle) -> bool:
+    """Whether parse found the page to be its host's "not found" page served as a 200 (decision 1803)."""
+    page = bundle["page"]
+    return page is not None and page.get("soft_404") is True
+
+
 def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
-    """The pages.parsed record of a complete 200 page (None for others and for noindex pages).
+    """The pages.parsed record of a complete 200 page (None for others, noindex pages and soft 404s).
 
     The page's `optout` verdict is copied when the parse step set it (schemas/pages.parsed.v1.json).
     An exact duplicate of another URL carries `duplicate_of` and neither text nor links: they are
     the owner's (decision 1300). A near-duplicate carries `near_duplicate_of` and all it says.
     """
     result, page = bundle["result"], bundle["page"]
-    if page is None or page["noindex"] or not is_complete_page(result):
+    if page is None or page["noindex"] or page.get("soft_404") or not is_complete_page(result):
         return None
     request = result["request"]
     assert bundle["content_hash"] is not None and bundle["simhash"] is not None
@@ -553,7 +559,8 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     """New URLs grouped by target host (one event per host): followable links, redirect and refresh targets.
 
     Links marked nofollow (or all links of a nofollow page) are dropped; depth is the page's + 1.
-    An exact duplicate of another URL adds none: its owner's links were discovered (decision 1300).
+    An exact duplicate of another URL adds none: its owner's links were discovered (decision 1300); nor
+    does a soft 404 (its links are the error page's, decision 1803).
     With `recent`, a link this writer sent within its window is not sent again (decision 1607);
     redirect and refresh targets always are (the frontier caps their chains).
     """
@@ -565,7 +572,7 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     redirect = redirect_target(response_url(result), result["http_status"], result["headers"])
     if redirect is not None:
         found.append((redirect, "redirect", PRIORITY_REDIRECT))
-    if page is not None and not is_alias(bundle):
+    if page is not None and not is_alias(bundle) and not page.get("soft_404"):
         if page["refresh"]:
             found.append((page["refresh"], "redirect", PRIORITY_REDIRECT))
         if not page["nofollow"]:

@@ -41,6 +41,7 @@ SECTIONS: dict[str, str] = {
     "retention": "udfs.retention:RetentionPolicy",
     "optout": "udfs.optout:OptOutPolicy",
     "discovery": "udfs.recent:DiscoveryPolicy",
+    "soft404": "udfs.soft404:Soft404Policy",
 }
 
 

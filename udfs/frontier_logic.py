@@ -51,6 +51,7 @@ from udfs.records import FetchRequest, FetchStatus
 from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, PageValue, RecrawlPolicy, UrlHistory,
                           change_rate, choose_tier, classify, next_due, observe, split, tier_of, tier_weights,
                           value_weight)
+from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, probe_due
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
 from udfs.traps import DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, HostTrapSummary, TrapContext, TrapPolicy, check_url
@@ -75,8 +76,8 @@ def replace(obj: Any, **changes: Any) -> Any:
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
 
-STATE_VERSION = 4               # 4: tdmrep.json status (decision 1930); 3: recrawl lane, host signals, draw
-_READABLE_VERSIONS = (1, 2, 3, STATE_VERSION)   # counter (decision 1110); 2: traps (0804)
+STATE_VERSION = 5               # 5: soft-404 probe (decision 1803); 4: tdmrep.json status (decision 1930);
+_READABLE_VERSIONS = (1, 2, 3, 4, STATE_VERSION)   # 3: recrawl lane, host signals, draw counter (decision 1110); 2: traps (0804)
 TDMREP_PATH = "/.well-known/tdmrep.json"   # TDMRep, "TDM File on the Origin Server"
 PRIORITIES = 10                 # UrlEntry.priority 0 (highest) .. 9
 RECRAWL_TIERS = 10              # recrawl front queues live at queue index PRIORITIES + tier (decision 1111)
@@ -278,6 +279,7 @@ class UrlStatus(str, enum.Enum):
     MOVED_PERMANENTLY = "moved_permanently"  # answered 301/308: its target replaces it; not refetched this cycle
     REDIRECTED = "redirected"  # answered 302/303/307: still the canonical URL, refetched next cycle
     TAKEN_DOWN = "taken_down"  # an operator takedown (crawl.control): never queued or fetched again
+    SOFT_404 = "soft_404"      # a 200 page that is the host's "not found" page (decision 1803): recrawled rarely
 
 
 @dataclass(frozen=True)
@@ -363,6 +365,7 @@ class HostState:
     gauge_epoch: int = 0       # the frontier run whose gauges count this host (0 = none)
     tdmrep_expires_at: float = 0.0  # until when the tdmrep.json verdict holds (0 = never fetched; decision 1930)
     tdmrep_found: bool = False      # whether that verdict is a file (its body is in the tdmrep ValueState)
+    probe: ProbeRow | None = None   # the answer to the host's soft-404 probe (None = never probed; decision 1803)
 
     @property
     def queued(self) -> int:
@@ -394,6 +397,8 @@ class HostState:
             "recrawl": self.signals.to_row(), "draws": self.draws, "oldest_due": self.oldest_due,
             "gauge_epoch": self.gauge_epoch, "quality": self.quality.to_row(),
             "tdmrep": [self.tdmrep_expires_at, self.tdmrep_found],
+            "probe": None if self.probe is None else [self.probe.status, self.probe.simhash, self.probe.length,
+                                                      self.probe.title, self.probe.at],
         }, separators=(",", ":"))
 
     @staticmethod
@@ -401,7 +406,8 @@ class HostState:
         """The host row from state (None: a host never seen). Raises ValueError on a foreign schema version;
         a version 1 row (before traps and growth) reads with an empty summary and a fresh window; rows
         before version 3 read with ten queues (no recrawl lane yet) and no recrawl statistics; rows
-        before version 4 with an unknown tdmrep.json (fetched at the next release when turned on)."""
+        before version 4 with an unknown tdmrep.json (fetched at the next release when turned on), rows
+        before version 5 never probed for soft 404s (probed at the next release when turned on)."""
         if row is None:
             return HostState()
         data = json.loads(row)
@@ -411,6 +417,7 @@ class HostState:
         lease = data["lease"]
         tdmrep_expires_at, tdmrep_found = data.get("tdmrep", (0.0, False))
         growth_since, growth_urls = data.get("growth", (0.0, 0))
+        probe = data.get("probe")
         return HostState(
             scheme=data["scheme"], robots=Robots(data["robots"]), robots_expires_at=data["robots_expires_at"],
             robots_failures=data["robots_failures"], robots_retry_at=data["robots_retry_at"],
@@ -428,6 +435,7 @@ class HostState:
             draws=data.get("draws", 0), oldest_due=data.get("oldest_due", 0.0), gauge_epoch=data.get("gauge_epoch", 0),
             quality=HostQuality.from_row(data.get("quality")),
             tdmrep_expires_at=tdmrep_expires_at, tdmrep_found=tdmrep_found,
+            probe=None if probe is None else ProbeRow.of(*probe[:4], at=probe[4]),
         )
 
 
@@ -658,7 +666,12 @@ def recrawl_item(record: UrlRecord | None, url: str, fp: int, now: float,
     """The recrawl-lane item for a URL whose due bucket has come (issue #6 "Scheduling"; decision
     1110), or None when the bucket entry is stale: the URL was queued meanwhile, is no longer DONE,
     or was rescheduled for later. Its tier is `tier_of(value weight, urgency)`; it carries the
-    validators and the previous capture for a conditional GET."""
+    validators and the previous capture for a conditional GET. A soft 404 (decision 1803) comes back
+    in the lowest tier, without validators: it has no history of its own worth a conditional GET."""
+    if record is not None and record.status is UrlStatus.SOFT_404:
+        if record.due is None or now + 1e-3 < record.due:
+            return None
+        return QueueItem(url, fp, record.depth, PRIORITIES + min(recrawl.tiers, RECRAWL_TIERS) - 1, 0)
     if (record is None or record.status is not UrlStatus.DONE or record.due is None or record.history is None
             or record.history.last_fetch_at is None or now + 1e-3 < record.due):
         return None
@@ -683,6 +696,7 @@ def push_recrawl(state: HostState, item: QueueItem, due: float) -> tuple[HostSta
 class Step(str, enum.Enum):
     FETCH_ROBOTS = "fetch_robots"   # lease robots.txt now
     FETCH_TDMREP = "fetch_tdmrep"   # lease /.well-known/tdmrep.json now (decision 1930)
+    FETCH_PROBE = "fetch_probe"     # lease the host's soft-404 probe now (decision 1803)
     POP = "pop"                     # pop a URL and try to lease it
     WAIT = "wait"                   # nothing to do before `Plan.at`
     IDLE = "idle"                   # nothing queued: no timer needed
@@ -704,10 +718,11 @@ def tdmrep_fresh(state: HostState, now: float) -> bool:
     return now < state.tdmrep_expires_at
 
 
-def plan(state: HostState, now: float, tdmrep: bool = False) -> Plan:
+def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Policy | None = None) -> Plan:
     """What the host may do at `now` (§2 invariants 1-2): one lease at a time, robots.txt first,
     nothing before next_allowed_at, nothing but a robots retry while robots.txt is unreachable;
-    with `tdmrep` on, tdmrep.json second, before any page (decision 1930)."""
+    with `tdmrep` on, tdmrep.json second, before any page (decision 1930); with a `soft404` policy,
+    the soft-404 probe next, when `probe_due` (decision 1803)."""
     if state.lease is not None:
         return Plan(Step.WAIT, state.lease.deadline)
     if state.queued == 0:
@@ -721,6 +736,8 @@ def plan(state: HostState, now: float, tdmrep: bool = False) -> Plan:
         return Plan(Step.FETCH_ROBOTS)
     if tdmrep and not tdmrep_fresh(state, now):
         return Plan(Step.FETCH_TDMREP)
+    if soft404 is not None and probe_due(state.probe, now, soft404):
+        return Plan(Step.FETCH_PROBE)
     return Plan(Step.POP)
 
 
@@ -772,6 +789,50 @@ def _no_tdmrep(state: HostState, now: float, robots_policy: RobotsPolicy) -> Hos
     return replace(state, tdmrep_expires_at=now + robots_policy.cache_ttl_s, tdmrep_found=False)
 
 
+def lease_probe(state: HostState, host: str, url: str, fp: int, rules: RulesLike | None, now: float,
+                policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY, run: str = "") -> tuple[HostState, FetchRequest | None]:
+    """Lease the host's soft-404 probe `url` (udfs.soft404.probe_url); only when plan() says FETCH_PROBE.
+
+    The probe passes robots.txt like any URL: when it is disallowed nothing is fetched and the host
+    gets an inconclusive answer (no checks; tried again after `retry_after_s`). Decision 1803.
+    """
+    if state.robots is Robots.PARSED and (rules is None or not _allowed(rules, url, policy)):
+        return replace(state, probe=no_answer(now)), None
+    return _lease(state, "probe", QueueItem(url, fp, 0, 0), host, now, policy, run)
+
+
+def _end_preflight(state: HostState, event: dict[str, Any], now: float,
+                   politeness: PolitenessPolicy) -> tuple[HostState, str, int | None]:
+    """End a per-host file or probe lease: the host's clock restarts as after a page, with the backoff
+    its answer earns. Returns the state, the fetch status and the HTTP status (None without one)."""
+    fetch_status, http_status = event.get("fetch_status"), event.get("http_status")
+    status = http_status if isinstance(http_status, int) and not isinstance(http_status, bool) else None
+    error = fetch_status if isinstance(fetch_status, str) else FetchStatus.ERROR.value
+    retry_after = _number(event.get("retry_after"))
+    health = classify_health(error, status, retry_after)
+    fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
+    state = _paced(replace(state, lease=None, ip=learned_ip(state, event)), health, fetch_s, retry_after, now,
+                   politeness)
+    return state, error, status
+
+
+def on_probe(state: HostState, event: dict[str, Any], now: float,
+             politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
+    """End the probe lease a `ProbeResult` names and keep its answer (decision 1803); never raises.
+
+    A complete response keeps its status, SimHash, length and title; anything else (timeout, network
+    error, a size or type limit) is no answer, tried again after `Soft404Policy.retry_after_s`.
+    """
+    lease = state.lease
+    if lease is None or lease.kind != "probe" or event.get("lease_id") != lease.lease_id:
+        return state, Outcome(False)
+    state, error, status = _end_preflight(state, event, now, politeness)
+    if error != FetchStatus.OK.value or status is None:
+        return replace(state, probe=no_answer(now)), Outcome(True)
+    probe = ProbeRow.of(status, event.get("simhash"), event.get("bytes"), event.get("title"), now)
+    return replace(state, probe=probe), Outcome(True)
+
+
 def on_tdmrep(state: HostState, event: dict[str, Any], now: float,
               politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
               robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY) -> tuple[HostState, Outcome]:
@@ -785,14 +846,7 @@ def on_tdmrep(state: HostState, event: dict[str, Any], now: float,
     lease = state.lease
     if lease is None or lease.kind != "tdmrep" or event.get("lease_id") != lease.lease_id:
         return state, Outcome(False)
-    fetch_status, http_status = event.get("fetch_status"), event.get("http_status")
-    status = http_status if isinstance(http_status, int) and not isinstance(http_status, bool) else None
-    error = fetch_status if isinstance(fetch_status, str) else FetchStatus.ERROR.value
-    retry_after = _number(event.get("retry_after"))
-    health = classify_health(error, status, retry_after)
-    fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
-    state = _paced(replace(state, lease=None, ip=learned_ip(state, event)), health, fetch_s, retry_after, now,
-                   politeness)
+    state, error, status = _end_preflight(state, event, now, politeness)
     body = event.get("body_b64")
     if error == FetchStatus.OK.value and status is not None and 200 <= status < 300 and isinstance(body, str):
         state = replace(state, tdmrep_expires_at=now + robots_policy.cache_ttl_s, tdmrep_found=True)
@@ -919,6 +973,12 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
     moved = _redirect_status(fetch_status, http_status, event.get("redirect"))
     if moved is not None:
         return state, Outcome(True, UrlRecord(moved, now), lease.item.fp)
+    if event.get("soft_404") is True and http_status == 200:
+        # the host's "not found" page: an error, not content; with recrawl on, looked at again only
+        # after the longest interval (issue #5 "recrawled rarely", decision 1803)
+        due = now + recrawl.max_interval_s if recrawl is not None else None
+        record = UrlRecord(UrlStatus.SOFT_404, now, due=due, depth=lease.item.depth)
+        return state, Outcome(True, record, lease.item.fp, recrawl=lease.item.recrawl, url=lease.item.url)
     etag, modified = event.get("etag"), event.get("last_modified")
     etag, modified = etag if isinstance(etag, str) else None, modified if isinstance(modified, str) else None
     if recrawl is not None and isinstance(http_status, int) and (200 <= http_status < 300 or http_status == 304):
@@ -1064,6 +1124,8 @@ def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_
         return _robots_failed(state, now, None, policy, robots_policy), Outcome(True, robots_failed=True)
     if lease.kind == "tdmrep":
         return _no_tdmrep(state, now, robots_policy), Outcome(True, store_tdmrep="")
+    if lease.kind == "probe":
+        return replace(state, probe=no_answer(now)), Outcome(True)
     return _retry_or_park(state, lease.item, now, policy)
 
 
@@ -1072,10 +1134,10 @@ def timer_ms(at: float) -> int:
     return int(math.ceil(at * 1000.0))
 
 
-def wake_ms(state: HostState, now: float, tdmrep: bool = False) -> int:
+def wake_ms(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Policy | None = None) -> int:
     """The one timer the host needs after this call (0 = none): the lease deadline, or when
-    plan() (with the same `tdmrep` switch) would next change its answer."""
-    step = plan(state, now, tdmrep)
+    plan() (with the same `tdmrep` and `soft404` switches) would next change its answer."""
+    step = plan(state, now, tdmrep, soft404)
     if step.step is Step.IDLE:
         return 0
     if step.step is Step.WAIT:

@@ -93,6 +93,7 @@ class Completion(TypedDict):
     # Dedup's verdict on the page (issue #5), for the host's unique-content ratio (udfs.host_quality).
     duplicate: NotRequired[bool]        # an exact duplicate of another URL's payload
     near_duplicate: NotRequired[bool]   # within the SimHash distance of a page already seen
+    soft_404: NotRequired[bool]         # the host's "not found" page served as a 200 (decision 1803)
 
 
 class RobotsResult(TypedDict):
@@ -127,6 +128,25 @@ class TdmrepResult(TypedDict):
     ip: NotRequired[str | None]
 
 
+class ProbeResult(TypedDict):
+    """The outcome of a host's soft-404 probe (a random page-like path, decision 1803): what the
+    frontier keeps to compare the host's pages with. The page itself is neither archived nor published."""
+
+    v: int
+    type: Literal["probe"]
+    host: str
+    lease_id: str
+    fetch_status: str
+    http_status: int | None
+    fetched_at: float
+    fetch_ms: float
+    bytes: int                  # body length
+    simhash: int | None         # of the answer's main text (complete 200 HTML answers)
+    title: str | None
+    retry_after: float | None   # seconds, from a 429/503's Retry-After
+    ip: NotRequired[str | None]
+
+
 class IpDone(TypedDict):
     """The end of one fetch for an IP gate that sat between the frontier and the fetcher until decision
     1612 (the fetcher keeps the per-address limit itself now). No job writes it any more; it stays in
@@ -145,7 +165,7 @@ class FetchRequest(TypedDict):
     host: str
     url: str
     fp: int
-    kind: Literal["page", "robots", "tdmrep"]
+    kind: Literal["page", "robots", "tdmrep", "probe"]
     lease_id: str
     depth: int
     attempt: int
@@ -164,6 +184,9 @@ class FetchRequest(TypedDict):
     # Pages only, set only when the host's tdmrep.json has a rule matching `url`: its tdm-reservation
     # (0 or 1); the parse step weighs it as the TDMRep file signal (issue #9, decision 1930).
     tdm_file: NotRequired[int]
+    # Pages only, set only when the host's soft-404 probe was answered 200: that answer as a
+    # udfs.soft404.ProbeRow row; the parse step marks a page like it as a soft 404 (decision 1803).
+    soft404_probe: NotRequired[str]
 
 
 class FetchResult(TypedDict):
@@ -214,7 +237,7 @@ class ContractError(ValueError):
     """A record on a topic does not match its contract; the message says which field and why."""
 
 
-_FRONTIER_TYPES = {"discovered", "completion", "robots", "tdmrep", "ip_done"}
+_FRONTIER_TYPES = {"discovered", "completion", "robots", "tdmrep", "probe", "ip_done"}
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -252,6 +275,8 @@ def decode_frontier_event(raw: bytes | str) -> dict[str, Any]:
         raise ContractError("ip_done event needs a gate_key and a lease_id")
     if kind == "tdmrep" and not (isinstance(event.get("lease_id"), str) and isinstance(event.get("body_b64"), str)):
         raise ContractError("tdmrep event needs a lease_id and a body_b64 text")
+    if kind == "probe" and not isinstance(event.get("lease_id"), str):
+        raise ContractError("probe event needs a lease_id")
     return event
 
 

@@ -34,6 +34,8 @@ __all__ = [
     "ProbeRow",
     "Soft404Policy",
     "is_honest",
+    "is_suspect",
+    "no_answer",
     "is_soft_404",
     "normalize_title",
     "probe_due",
@@ -59,6 +61,8 @@ def _finite(value: Any) -> bool:
 class Soft404Policy:
     """Soft-404 detection (config section `[soft404]`); defaults documented here.
 
+    enabled: probe each host once (robots.txt and tdmrep.json first) and check its 200 pages against
+        the answer (True; decision 1803 wires it into the job).
     max_hamming: a 200 page whose SimHash is within this many bits of the probe's is the error page
         (3: the near-duplicate distance of Manku et al. 2007, also `dedup`'s).
     use_title: also call a page a soft 404 when its title equals the probe's (True).
@@ -68,6 +72,7 @@ class Soft404Policy:
     retry_after_s: an inconclusive probe (redirect, 5xx, timeout, network error) is repeated after this (1 day).
     """
 
+    enabled: bool = True
     max_hamming: int = 3
     use_title: bool = True
     min_length_ratio: float = 0.8
@@ -78,6 +83,8 @@ class Soft404Policy:
         if isinstance(self.max_hamming, bool) or not isinstance(self.max_hamming, int) \
                 or not 0 <= self.max_hamming <= 64:
             raise ValueError(f"soft404.max_hamming must be an integer within [0, 64], got {self.max_hamming!r}")
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"soft404.enabled must be true or false, got {self.enabled!r}")
         if not isinstance(self.use_title, bool):
             raise ValueError(f"soft404.use_title must be true or false, got {self.use_title!r}")
         if not _finite(self.min_length_ratio) or not 0 <= self.min_length_ratio <= 1:
@@ -157,6 +164,18 @@ class ProbeRow:
         return parsed
 
 
+def no_answer(at: float) -> ProbeRow:
+    """The row of a probe that got no response (a lease expiry, or robots.txt keeps us off the path):
+    inconclusive, so it is tried again after `retry_after_s`."""
+    return ProbeRow(None, None, 0, "", at)
+
+
+def is_suspect(probe: ProbeRow | None) -> bool:
+    """The probe was answered 200 with a SimHash: the host serves missing paths as pages, so each of
+    its 200 pages is checked against the answer (`is_soft_404`)."""
+    return probe is not None and probe.status == 200 and probe.simhash is not None
+
+
 def is_honest(probe: ProbeRow | None) -> bool:
     """The probe was answered 404 or 410: the host reports missing pages, so its 200s are trusted (decision 1802)."""
     return probe is not None and probe.status in _HONEST_STATUSES
@@ -170,7 +189,7 @@ def probe_due(probe: ProbeRow | None, now: float, policy: Soft404Policy = DEFAUL
     """
     if probe is None:
         return True
-    conclusive = is_honest(probe) or (probe.status == 200 and probe.simhash is not None)
+    conclusive = is_honest(probe) or is_suspect(probe)
     wait = policy.reprobe_after_s if conclusive else policy.retry_after_s
     return now - probe.at >= wait
 
