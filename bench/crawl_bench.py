@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from udfs.soft404 import PROBE_PATH
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 IMG_DIR = ROOT / "docs" / "img"
@@ -121,12 +123,14 @@ def measurement_window(first_request_at: float, seconds: float, warmup_s: float)
 
 
 def is_preflight_path(path: str) -> bool:
-    """Robots and tdmrep.json fetches (and the moved-robots redirect target) are not pages."""
-    return path.split("?", 1)[0] in PREFLIGHT_PATHS
+    """Robots and tdmrep.json fetches (and the moved-robots redirect target) and soft-404 probes
+    (decision 1803) are not pages."""
+    path = path.split("?", 1)[0]
+    return path in PREFLIGHT_PATHS or PROBE_PATH.match(path) is not None
 
 
 def page_requests(log: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-    """The page requests of a server log: robots.txt, tdmrep.json and aborted requests left out."""
+    """The page requests of a server log: robots.txt, tdmrep.json, soft-404 probes and aborted requests left out."""
     return (r for r in log if r.get("event") == "request" and not r.get("aborted") and not is_preflight_path(r["path"]))
 
 
@@ -348,7 +352,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         f"{g} {_ms(v)}" for g, v in (c.get("cpu_per_page_by_process") or {}).items()) or "n/a")
     row("politeness violations", lambda c: f"{c['violations_total']:,}" + (
         " (" + ", ".join(f"{k} {v:,}" for k, v in c["violations"].items()) + ")" if c["violations"] else ""))
-    row("robots.txt and tdmrep.json requests / all requests", lambda c: f"{c['robots_requests']:,} / {c['requests']:,}")
+    row("robots.txt, tdmrep.json and soft-404 probe requests / all requests", lambda c: f"{c['robots_requests']:,} / {c['requests']:,}")
     lines.append("")
     if OURS in crawlers and SCRAPY in crawlers and crawlers[SCRAPY]["pages_per_s"] > 0:
         ratio = crawlers[OURS]["pages_per_s"] / crawlers[SCRAPY]["pages_per_s"]

@@ -30,6 +30,7 @@ from udfs.simhash import hamming
 __all__ = [
     "DEFAULT_SOFT404_POLICY",
     "PROBE_ROW_VERSION",
+    "PROBE_PATH",
     "PROBE_WORDS",
     "ProbeRow",
     "Soft404Policy",
@@ -49,6 +50,8 @@ PROBE_WORDS: tuple[str, ...] = (
     "guide", "help", "history", "index", "info", "library", "news", "notes", "overview", "page", "press",
     "products", "projects", "resources", "reviews", "services", "story", "support", "team", "updates",
 )
+# The path of every probe_url: one of the words, a dash, 16 hex digits, ".html".
+PROBE_PATH = re.compile(r"^/(?:" + "|".join(PROBE_WORDS) + r")-[0-9a-f]{16}\.html$")
 _HONEST_STATUSES = frozenset({404, 410})
 _SPACE = re.compile(r"\s+")
 

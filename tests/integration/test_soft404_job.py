@@ -6,7 +6,6 @@ soft 404 and none is published, while the hosts' real pages are published unmark
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +21,7 @@ from tests.synthweb.model import Behaviour, policy_to_dict
 from tests.synthweb.tdmrep import TDMREP_PATH
 from udfs.config import load_config
 from udfs.records import TOPIC_PAGES
+from udfs.soft404 import PROBE_PATH
 
 pytestmark = pytest.mark.integration
 
@@ -34,7 +34,6 @@ WANT_PAGES = 10
 # Every host serves soft 404s; a fifth of same-host links point at paths it does not have.
 WEB_POLICY = WebPolicy(behaviour_share=1.0, behaviours=frozenset({Behaviour.SOFT_404}), broken_link_share=0.2,
                        missing_host_link_share=0.0)
-PROBE_PATH = re.compile(r"^/[a-z]+-[0-9a-f]{16}\.html$")
 
 
 @pytest.fixture(scope="module")

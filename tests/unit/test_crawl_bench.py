@@ -49,8 +49,9 @@ def test_window_starts_after_warmup_and_ends_seconds_after_the_first_request() -
     assert 112.0 in w and 160.0 in w and 111.9 not in w and 160.1 not in w
 
 
-def test_page_request_ends_skip_robots_and_aborted_requests_and_connection_events() -> None:
+def test_page_request_ends_skip_robots_probes_and_aborted_requests_and_connection_events() -> None:
     log = [_req("/robots.txt", 1, 2), _req("/robots-moved.txt", 1, 2.5), _req("/a.html", 3, 5),
+           _req("/.well-known/tdmrep.json", 1, 3), _req("/news-00ff00ff00ff00ff.html", 2, 3),
            _req("/b.html?x=1", 2, 4), _req("/slow/drip.html", 1, 9, aborted=True),
            {"event": "connect", "at": 0.5}]
     assert cb.page_request_ends(log) == [4, 5]
