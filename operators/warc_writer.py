@@ -47,6 +47,7 @@ from operators.dedup import Probe, join_key, needs_dedup, unpaired_verdict
 from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle
 from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
+from udfs.canonical import HINT, CanonicalVerdict, judge_canonical
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, retry_after_seconds
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion, DiscoveredBatch,
                           FetchResult, FetchStatus, ParsedPage, UrlEntry, encode, response_url)
@@ -519,6 +520,17 @@ def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None
     )
 
 
+def canonical_verdict(bundle: ParsedBundle) -> CanonicalVerdict | None:
+    """The verdict on the page's rel=canonical, weighed against what dedup found (decision 1804)."""
+    page, verdict = bundle["page"], bundle.get("dedup")
+    if page is None or not page["canonical"]:
+        return None
+    near = verdict["near"] if verdict is not None else None
+    return judge_canonical(bundle["result"]["request"]["url"], page["canonical"],
+                           verdict["duplicate_of"] if verdict is not None else None,
+                           near["url"] if near is not None else None)
+
+
 def is_soft_404_page(bundle: ParsedBundle) -> bool:
     """Whether parse found the page to be its host's "not found" page served as a 200 (decision 1803)."""
     page = bundle["page"]
@@ -552,6 +564,9 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
     optout = page.get("optout")
     if optout is not None:  # the parse step's TDM opt-out verdict (decision 1203), also on duplicates
         record["optout"] = optout
+    canonical = canonical_verdict(bundle)
+    if canonical is not None:   # a hint weighed against dedup's finding (decision 1804)
+        record["canonical"] = canonical.as_record()
     return record
 
 
@@ -560,7 +575,8 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
 
     Links marked nofollow (or all links of a nofollow page) are dropped; depth is the page's + 1.
     An exact duplicate of another URL adds none: its owner's links were discovered (decision 1300); nor
-    does a soft 404 (its links are the error page's, decision 1803).
+    does a soft 404 (its links are the error page's, decision 1803). A rel=canonical the page names on its
+    own site (an unverified hint) is sent like a link (decision 1804).
     With `recent`, a link this writer sent within its window is not sent again (decision 1607);
     redirect and refresh targets always are (the frontier caps their chains).
     """
@@ -577,6 +593,9 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
             found.append((page["refresh"], "redirect", PRIORITY_REDIRECT))
         if not page["nofollow"]:
             found += [(url, "link", PRIORITY_LINK) for url, nofollow in page["links"] if not nofollow]
+        canonical = canonical_verdict(bundle)
+        if canonical is not None and canonical.trust == HINT:
+            found.append((canonical.url, "link", PRIORITY_LINK))   # crawled, so a broken one shows (decision 1804)
     by_host: dict[str, dict[int, UrlEntry]] = {}
     for url, source, priority in found:
         try:

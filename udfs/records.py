@@ -231,6 +231,7 @@ class ParsedPage(TypedDict):
     warc_offset: int
     warc_length: int
     optout: NotRequired[dict[str, Any]]   # {"reserved": bool, "reason": str} (udfs.optout; decision 1203)
+    canonical: NotRequired[dict[str, str]]   # {"url", "trust", "reason"} (udfs.canonical; decision 1804)
 
 
 class ContractError(ValueError):

@@ -249,5 +249,13 @@ def test_fetch_stage_dedups_exact_and_near_duplicates_of_the_synthetic_web(tmp_p
         seen.append(page)
     # 2 prints, 4 story variants, 2 template twins on this host (seed 11), and the refetch.
     assert flagged == 9
+    # The web's duplicates name their source page as rel=canonical: confirmed by dedup's own finding
+    # wherever dedup matched that page (decision 1804); a page naming itself carries no verdict.
+    for page in pages:
+        canonical = page.get("canonical")
+        assert canonical is None or canonical["url"] != page["url"]
+        if canonical is not None and canonical["url"] in (page["duplicate_of"], page["near_duplicate_of"]):
+            assert canonical["trust"] == "confirmed", page["url"]
+    assert any((p.get("canonical") or {}).get("trust") == "confirmed" for p in pages)
     payloads = [r.rec_headers.get_header("WARC-Payload-Digest") for r, _ in records.values() if r.rec_type == "response"]
     assert len(payloads) == len(set(payloads)), "a payload was stored twice"
