@@ -151,7 +151,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                       .uid("valid-controls").name("valid controls"))
     frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch,
                                 config.bloom, config.recrawl, config.host_quality, optout=config.optout,
-                                soft404=config.soft404 if config.soft404.enabled else None)
+                                soft404=config.soft404 if config.soft404.enabled else None,
+                                budgets=config.budgets if config.budgets.enabled else None)
     events = (decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
               .union(outcomes.flat_map(_frontier_events, output_type=EVENT_TYPE)
                      .uid("valid-outcomes").name("valid outcomes")))

@@ -32,6 +32,7 @@ from operators.levels import Levels
 from operators.resolver import load_pins
 from udfs import frontier_logic as fl
 from udfs.bloom import DEFAULT_BLOOM_POLICY, BloomPolicy, SeenFilter
+from udfs.budgets import BudgetPolicy
 from udfs.host_quality import DEFAULT_QUALITY_POLICY, QualityPolicy, priority_offset
 from udfs.host_quality import observe as observe_quality
 from udfs.control_state import ControlTable, HostControls
@@ -160,7 +161,8 @@ class HostFrontier:
     cache like the robots rules, and a released page carries its file rule's value (`tdm_file`).
     With a `soft404` policy each host with a queue is probed next (a random page-like path, decision
     1803); while its probe answer is a 200 page, each released page carries it (`soft404_probe`) for
-    the parse step to compare with.
+    the parse step to compare with. With `budgets`, admissions spend the host's URLs-per-round tokens
+    and page releases its pages-per-day tokens, both scaled by the host's importance (decision 1805).
     """
 
     def __init__(self, host_row: ValueLike, robots_body: ValueLike, slots: MapLike, urls: MapLike,
@@ -174,7 +176,8 @@ class HostFrontier:
                  recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, gauges: FrontierGauges | None = None,
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
                  optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, tdmrep_body: ValueLike | None = None,
-                 budget: ReleaseBudget | None = None, soft404: Soft404Policy | None = None) -> None:
+                 budget: ReleaseBudget | None = None, soft404: Soft404Policy | None = None,
+                 budgets: BudgetPolicy | None = None) -> None:
         if recrawl.tiers > fl.RECRAWL_TIERS:
             raise ValueError(f"recrawl.tiers must be at most {fl.RECRAWL_TIERS} (the frontier's recrawl queues), "
                              f"got {recrawl.tiers}")
@@ -184,6 +187,7 @@ class HostFrontier:
         self.gauges = gauges
         self.budget = budget   # None: every ready host leases at once (no bound on leases out, decision 1618)
         self.soft404 = soft404  # None: no soft-404 probes, no checks (decision 1803)
+        self.budgets = budgets  # None: no pages-per-day or URLs-per-round budget (decision 1805)
         self._probe_paths = random.Random()
         self.quality = quality
         # 5 agents cost about 15 us per released page (RobotsRules caches each agent's group), against
@@ -337,7 +341,8 @@ class HostFrontier:
             if (offset := priority_offset(state.quality)) and source != "seed":
                 item = fl.replace(item, priority=min(item.priority + offset, fl.PRIORITIES - 1))
                 self.count("demoted_duplicate_host")
-            state, admission = fl.admit(state, item, record, rules, now, self.policy, source, self.traps)
+            state, admission = fl.admit(state, item, record, rules, now, self.policy, source, self.traps,
+                                        self.budgets)
             self.count(admission.verdict.value)
             if admission.fast_growing:
                 self.count("hosts_fast_growing")
@@ -456,7 +461,7 @@ class HostFrontier:
         pops = 0
         budget_full = False
         while not controls.halted:
-            step = fl.plan(state, now, self._tdmrep, self.soft404).step
+            step = fl.plan(state, now, self._tdmrep, self.soft404, self.budgets).step
             if step in _LEASING and self.budget is not None and not self.budget.admits(now):
                 budget_full = True
                 break
@@ -513,6 +518,8 @@ class HostFrontier:
                             self.count("tdm_file_reserved")
                 if self.soft404 is not None and is_suspect(state.probe):
                     request["soft404_probe"] = state.probe.to_row()   # parse compares the page with it
+                if self.budgets is not None:
+                    state = fl.spend_page(state, now, self.budgets)
                 self.count("released")
                 if item.recrawl:
                     self.count("recrawl_released")
@@ -522,7 +529,7 @@ class HostFrontier:
         if self.budget is not None:
             for request in requests:
                 self.budget.leased(request["lease_id"], request["lease_deadline"])
-        wake = fl.wake_ms(state, now, self._tdmrep, self.soft404)
+        wake = fl.wake_ms(state, now, self._tdmrep, self.soft404, self.budgets)
         if controls.halted and state.lease is None and state.queued:
             wake = fl.timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
         elif budget_full:
@@ -632,7 +639,8 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, fetch_policy: FetchPolicy | None = None,
                  bloom: BloomPolicy = DEFAULT_BLOOM_POLICY, recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY,
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
-                 optout: OptOutPolicy | None = None, soft404: Soft404Policy | None = None) -> None:
+                 optout: OptOutPolicy | None = None, soft404: Soft404Policy | None = None,
+                 budgets: BudgetPolicy | None = None) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self.quality = quality
         # The job passes its `[optout]` section; a frontier built without one (test harnesses that
@@ -642,6 +650,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         # Like tdmrep.json: a frontier built without a `[soft404]` policy (test harnesses that script
         # every fetch) leases no probes; the job passes its section when enabled (decision 1803).
         self.soft404 = soft404
+        self.budgets = budgets   # likewise: the job passes `[budgets]` when enabled (decision 1805)
         self.bloom = bloom
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
         self.frontier: HostFrontier | None = None
@@ -688,7 +697,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                                      controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1,
                                      due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality,
                                      optout=self.optout, tdmrep_body=tdmrep_body, budget=budget,
-                                     soft404=self.soft404)
+                                     soft404=self.soft404, budgets=self.budgets)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         self._load_controls(ctx)

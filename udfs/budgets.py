@@ -56,6 +56,8 @@ def _finite(value: Any) -> bool:
 class BudgetPolicy:
     """Budgets per host and per registrable domain (config section `[budgets]`); defaults documented here.
 
+    enabled: the frontier spends each host's budgets (True; decision 1805 wires the host budgets into
+        the job; the domain shares wait for the census operator of decision 1800).
     host_pages_per_day: pages a host of importance 1 may have fetched per day (2,000; a host at the
         default 1 s delay could serve 86,400, so this is what caps a trap host, not politeness).
     host_urls_per_round: URLs a host of importance 1 may admit to its queue per round (500).
@@ -77,6 +79,7 @@ class BudgetPolicy:
         cut importance by at most log2(1/0.05) ≈ 4.3 doublings.
     """
 
+    enabled: bool = True
     host_pages_per_day: float = 2_000.0
     host_urls_per_round: float = 500.0
     domain_pages_per_day: float = 10_000.0
@@ -95,6 +98,8 @@ class BudgetPolicy:
     quality_floor: float = 0.05
 
     def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise ValueError(f"budgets.enabled must be true or false, got {self.enabled!r}")
         positive = ("host_pages_per_day", "host_urls_per_round", "domain_pages_per_day", "domain_urls_per_round",
                     "round_s", "importance_min", "importance_max", "quality_floor")
         for name in positive:

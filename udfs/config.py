@@ -42,6 +42,7 @@ SECTIONS: dict[str, str] = {
     "optout": "udfs.optout:OptOutPolicy",
     "discovery": "udfs.recent:DiscoveryPolicy",
     "soft404": "udfs.soft404:Soft404Policy",
+    "budgets": "udfs.budgets:BudgetPolicy",
 }
 
 

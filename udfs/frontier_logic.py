@@ -51,6 +51,7 @@ from udfs.records import FetchRequest, FetchStatus
 from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, PageValue, RecrawlPolicy, UrlHistory,
                           change_rate, choose_tier, classify, next_due, observe, split, tier_of, tier_weights,
                           value_weight)
+from udfs.budgets import BudgetPolicy, BudgetRow, ImportanceSignals, admit_budget, admit_round, importance, next_page_at
 from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, probe_due
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
@@ -76,8 +77,8 @@ def replace(obj: Any, **changes: Any) -> Any:
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
 
-STATE_VERSION = 5               # 5: soft-404 probe (decision 1803); 4: tdmrep.json status (decision 1930);
-_READABLE_VERSIONS = (1, 2, 3, 4, STATE_VERSION)   # 3: recrawl lane, host signals, draw counter (decision 1110); 2: traps (0804)
+STATE_VERSION = 6               # 6: host budget (decision 1805); 5: soft-404 probe (decision 1803); 4: tdmrep.json (1930);
+_READABLE_VERSIONS = (1, 2, 3, 4, 5, STATE_VERSION)   # 3: recrawl lane, host signals, draw counter (decision 1110); 2: traps (0804)
 TDMREP_PATH = "/.well-known/tdmrep.json"   # TDMRep, "TDM File on the Origin Server"
 PRIORITIES = 10                 # UrlEntry.priority 0 (highest) .. 9
 RECRAWL_TIERS = 10              # recrawl front queues live at queue index PRIORITIES + tier (decision 1111)
@@ -201,6 +202,7 @@ class Verdict(str, enum.Enum):
     REDIRECT_LOOP = "dropped_redirect_loop"    # a redirect target already seen this cycle
     REDIRECT_CHAIN = "dropped_redirect_chain"  # a redirect target more than max_redirect_hops along
     TAKEN_DOWN = "dropped_taken_down"          # under an operator takedown (crawl.control)
+    ROUND_BUDGET = "dropped_round_budget"      # the host admitted its URLs for this round (decision 1805)
 
 
 # One counter per trap rule's reason (udfs.traps.REASONS), e.g. `dropped_trap_calendar_out_of_window`.
@@ -366,6 +368,9 @@ class HostState:
     tdmrep_expires_at: float = 0.0  # until when the tdmrep.json verdict holds (0 = never fetched; decision 1930)
     tdmrep_found: bool = False      # whether that verdict is a file (its body is in the tdmrep ValueState)
     probe: ProbeRow | None = None   # the answer to the host's soft-404 probe (None = never probed; decision 1803)
+    budget: BudgetRow | None = None  # the host's page and URL token buckets (None = never spent: full; decision 1805)
+    seeded: bool = False            # a seed URL of the host was admitted (raises its importance)
+    min_depth: int | None = None    # the smallest depth of a URL it admitted (None = none yet)
 
     @property
     def queued(self) -> int:
@@ -399,6 +404,9 @@ class HostState:
             "tdmrep": [self.tdmrep_expires_at, self.tdmrep_found],
             "probe": None if self.probe is None else [self.probe.status, self.probe.simhash, self.probe.length,
                                                       self.probe.title, self.probe.at],
+            "budget": None if self.budget is None else [self.budget.page_tokens, self.budget.url_tokens,
+                                                        self.budget.at],
+            "seeded": self.seeded, "min_depth": self.min_depth,
         }, separators=(",", ":"))
 
     @staticmethod
@@ -407,7 +415,8 @@ class HostState:
         a version 1 row (before traps and growth) reads with an empty summary and a fresh window; rows
         before version 3 read with ten queues (no recrawl lane yet) and no recrawl statistics; rows
         before version 4 with an unknown tdmrep.json (fetched at the next release when turned on), rows
-        before version 5 never probed for soft 404s (probed at the next release when turned on)."""
+        before version 5 never probed for soft 404s (probed at the next release when turned on), rows
+        before version 6 with a full budget and no importance signals yet."""
         if row is None:
             return HostState()
         data = json.loads(row)
@@ -417,7 +426,7 @@ class HostState:
         lease = data["lease"]
         tdmrep_expires_at, tdmrep_found = data.get("tdmrep", (0.0, False))
         growth_since, growth_urls = data.get("growth", (0.0, 0))
-        probe = data.get("probe")
+        probe, budget = data.get("probe"), data.get("budget")
         return HostState(
             scheme=data["scheme"], robots=Robots(data["robots"]), robots_expires_at=data["robots_expires_at"],
             robots_failures=data["robots_failures"], robots_retry_at=data["robots_retry_at"],
@@ -436,6 +445,8 @@ class HostState:
             quality=HostQuality.from_row(data.get("quality")),
             tdmrep_expires_at=tdmrep_expires_at, tdmrep_found=tdmrep_found,
             probe=None if probe is None else ProbeRow.of(*probe[:4], at=probe[4]),
+            budget=None if budget is None else BudgetRow(page_tokens=budget[0], url_tokens=budget[1], at=budget[2]),
+            seeded=data.get("seeded", False), min_depth=data.get("min_depth"),
         )
 
 
@@ -548,7 +559,8 @@ class Admission:
 
 def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: RulesLike | None, now: float,
           policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY, source: str = "link",
-          traps: TrapPolicy = DEFAULT_TRAP_POLICY) -> tuple[HostState, Admission]:
+          traps: TrapPolicy = DEFAULT_TRAP_POLICY,
+          budgets: BudgetPolicy | None = None) -> tuple[HostState, Admission]:
     """Admit one URL to its host's queue, or say why not (§2 invariants 2, 3, 6); `screen` comes first.
 
     Dedup against the URL table first (a queued URL, a scheduled one before its due time, or an
@@ -556,7 +568,9 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
     REDIRECT_LOOP; decision 1112), then the host budget, the robots rules when known (checked again at
     release), then the queue cap. `rules` is None while robots.txt is unknown or unreachable. An
     admitted URL updates the host's session summary and its growth window; a known URL keeps its
-    recrawl history, and its validators and capture travel with it for a conditional GET.
+    recrawl history, and its validators and capture travel with it for a conditional GET. With
+    `budgets`, a URL that would be queued spends a token of the host's URLs-per-round budget, or is
+    dropped as ROUND_BUDGET (seeds never are: an operator asked for them; decision 1805).
     """
     if record is not None and in_cycle(record, now, policy):
         return state, Admission(Verdict.REDIRECT_LOOP if source == "redirect" else Verdict.SEEN)
@@ -567,15 +581,25 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
     queued = state.queued - state.recrawl_queued  # the recrawl lane is bounded by the URL table, not max_queue
     if queued + (1 if state.lease is not None and state.lease.kind == "page" else 0) >= policy.max_queue:
         return state, Admission(Verdict.QUEUE_FULL)
+    changes: dict[str, Any] = {}
+    if budgets is not None and source != "seed":
+        allowed, row = admit_round(state.budget or BudgetRow(), now, host_importance(state, budgets), budgets)
+        if not allowed:
+            return replace(state, budget=row), Admission(Verdict.ROUND_BUDGET)
+        changes["budget"] = row
     if record is not None:  # a recrawl: send the validators for a conditional GET
         item = replace(item, etag=record.etag, last_modified=record.last_modified, capture=record.capture)
     # one replace() per admitted URL: it is the costliest step of admission (measured)
     head, tail = state.queues[item.priority]
-    changes: dict[str, Any] = {
+    changes |= {
         "queues": state.queues[:item.priority] + ((head, tail + 1),) + state.queues[item.priority + 1:],
         "url_count": state.url_count + (1 if record is None else 0),
         "trap_summary": state.trap_summary.with_url(item.url, traps),
     }
+    if source == "seed" and not state.seeded:
+        changes["seeded"] = True
+    if state.min_depth is None or item.depth < state.min_depth:
+        changes["min_depth"] = item.depth
     if state.robots is Robots.NONE and state.lease is None and state.queued == 0:
         changes["scheme"] = item.url.partition("://")[0]  # robots.txt goes over the first URL's scheme
     fast_growing = False
@@ -718,11 +742,14 @@ def tdmrep_fresh(state: HostState, now: float) -> bool:
     return now < state.tdmrep_expires_at
 
 
-def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Policy | None = None) -> Plan:
+def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Policy | None = None,
+         budgets: BudgetPolicy | None = None) -> Plan:
     """What the host may do at `now` (§2 invariants 1-2): one lease at a time, robots.txt first,
     nothing before next_allowed_at, nothing but a robots retry while robots.txt is unreachable;
     with `tdmrep` on, tdmrep.json second, before any page (decision 1930); with a `soft404` policy,
-    the soft-404 probe next, when `probe_due` (decision 1803)."""
+    the soft-404 probe next, when `probe_due` (decision 1803); with `budgets`, no page before the host
+    has a token of its pages-per-day budget (decision 1805; robots.txt, tdmrep.json and the probe
+    are not budgeted)."""
     if state.lease is not None:
         return Plan(Step.WAIT, state.lease.deadline)
     if state.queued == 0:
@@ -738,7 +765,26 @@ def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Pol
         return Plan(Step.FETCH_TDMREP)
     if soft404 is not None and probe_due(state.probe, now, soft404):
         return Plan(Step.FETCH_PROBE)
+    if budgets is not None and state.budget is not None:
+        allowed_at = next_page_at(state.budget, now, host_importance(state, budgets), budgets)
+        if allowed_at > now:
+            return Plan(Step.WAIT, allowed_at)
     return Plan(Step.POP)
+
+
+def host_importance(state: HostState, budgets: BudgetPolicy) -> float:
+    """The host's budget multiplier from what its row knows (udfs.budgets.importance; decision 1805):
+    seed or not, its closest URL's depth, its unique-content ratio. Links in from other hosts and
+    sitemaps are not counted yet."""
+    signals = ImportanceSignals(is_seed=state.seeded, min_depth=state.min_depth or 0, unique_ratio=state.quality.ratio)
+    return importance(signals, budgets)
+
+
+def spend_page(state: HostState, now: float, budgets: BudgetPolicy) -> HostState:
+    """Take one token of the host's pages-per-day budget as a page is released (plan() said POP, so
+    there is one)."""
+    _, row = admit_budget(state.budget or BudgetRow(), now, host_importance(state, budgets), budgets)
+    return replace(state, budget=row)
 
 
 def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
@@ -1134,10 +1180,11 @@ def timer_ms(at: float) -> int:
     return int(math.ceil(at * 1000.0))
 
 
-def wake_ms(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Policy | None = None) -> int:
+def wake_ms(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Policy | None = None,
+            budgets: BudgetPolicy | None = None) -> int:
     """The one timer the host needs after this call (0 = none): the lease deadline, or when
-    plan() (with the same `tdmrep` and `soft404` switches) would next change its answer."""
-    step = plan(state, now, tdmrep, soft404)
+    plan() (with the same `tdmrep`, `soft404` and `budgets` switches) would next change its answer."""
+    step = plan(state, now, tdmrep, soft404, budgets)
     if step.step is Step.IDLE:
         return 0
     if step.step is Step.WAIT:

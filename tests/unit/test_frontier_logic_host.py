@@ -18,6 +18,7 @@ from udfs.control_state import ControlTable
 from udfs.politeness import PolitenessPolicy
 from udfs.records import b64
 from udfs.robots import RobotsPolicy
+from udfs.budgets import BudgetPolicy
 from udfs.soft404 import Soft404Policy
 from udfs.urls import url_fp
 
@@ -63,12 +64,13 @@ class Harness:
     def __init__(self, policy: fl.FrontierPolicy = fl.FrontierPolicy(max_queue=8, lease_timeout_s=30),
                  politeness: PolitenessPolicy = PolitenessPolicy(),
                  robots_policy: RobotsPolicy = RobotsPolicy(), controls: ControlTable | None = None,
-                 soft404: Soft404Policy | None = None) -> None:
+                 soft404: Soft404Policy | None = None, budgets: BudgetPolicy | None = None) -> None:
         self.host_row, self.body, self.slots, self.urls = Value(), Value(), Map(), Map()
         self.counts: collections.Counter[str] = collections.Counter()
         self.parses = 0
         self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, self._parse,
-                                     policy, politeness, robots_policy, controls=controls, soft404=soft404)
+                                     policy, politeness, robots_policy, controls=controls, soft404=soft404,
+                                     budgets=budgets)
         self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
         self.now = T0
         self.timers: set[int] = set()

@@ -59,9 +59,12 @@ def test_a_record_without_content_type_validates():
     VALIDATOR.validate(page)
 
 
+OPTIONAL = {"optout", "canonical"}   # canonical: only when the page names another URL (decision 1804)
+
+
 def test_schema_lists_every_field_the_writer_emits(record):
-    assert set(record) == set(SCHEMA["required"]) | {"optout"}
-    assert set(SCHEMA["properties"]) == set(SCHEMA["required"]) | {"optout"}
+    assert set(record) - {"canonical"} == set(SCHEMA["required"]) | {"optout"}
+    assert set(SCHEMA["properties"]) == set(SCHEMA["required"]) | OPTIONAL
 
 
 def test_a_page_without_signals_is_published_as_not_reserved(record):
