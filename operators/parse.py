@@ -21,8 +21,8 @@ from udfs.fetch_status import is_complete_page, retry_after_seconds
 from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
-from udfs.records import (SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, ProbeResult, RobotsResult, TdmrepResult,
-                          b64, encode, response_url)
+from udfs.records import (SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, PreflightResult, ProbeResult, RobotsResult,
+                          TdmrepResult, b64, encode, response_url)
 from udfs.simhash import simhash
 from udfs.soft404 import ProbeRow, Soft404Policy, is_soft_404
 
@@ -106,20 +106,15 @@ def is_probe(result: FetchResult) -> bool:
 def probe_event(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY) -> ProbeResult:
     """The `ProbeResult` crawl.outcomes event of a soft-404 probe (decision 1803): the SimHash and title
     of a complete page answer, computed as for any page, so the frontier can compare the host's pages."""
-    request = result["request"]
     page_simhash, title = None, None
     if is_complete_page(result):
         found = extract(response_url(result), result["headers"], result["body"], policy)
         page_simhash, title = simhash(found.text), found.title
     status = result["http_status"]
     return ProbeResult(
-        v=SCHEMA_VERSION, type="probe", host=request["host"], lease_id=request["lease_id"],
-        fetch_status=result["fetch_status"], http_status=status, fetched_at=result["done_at"],
-        fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3), bytes=len(result["body"]),
-        simhash=page_simhash, title=title,
+        type="probe", bytes=len(result["body"]), simhash=page_simhash, title=title,
         retry_after=retry_after_seconds(result["headers"], result["done_at"]) if status in (429, 503) else None,
-        ip=result.get("ip"),
-    )
+        **_preflight(result))
 
 
 def probe_outputs(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY) -> list[tuple[str, str, bytes]]:
@@ -128,15 +123,19 @@ def probe_outputs(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY) -
     return [(TOPIC_OUTCOMES, event["host"], encode(dict(event)))]
 
 
+def _preflight(result: FetchResult) -> PreflightResult:
+    """The fields every per-host fetch outcome carries: the lease it ends and how the fetch went."""
+    request = result["request"]
+    return PreflightResult(
+        v=SCHEMA_VERSION, host=request["host"], lease_id=request["lease_id"], fetch_status=result["fetch_status"],
+        http_status=result["http_status"], fetched_at=result["done_at"],
+        fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3), ip=result.get("ip"),
+    )
+
+
 def robots_event(result: FetchResult, max_bytes: int) -> RobotsResult:
     """The `RobotsResult` crawl.outcomes event of a robots.txt fetch (ARCHITECTURE.md §3), body capped."""
-    request = result["request"]
-    return RobotsResult(
-        v=SCHEMA_VERSION, type="robots", host=request["host"], lease_id=request["lease_id"],
-        fetch_status=result["fetch_status"], http_status=result["http_status"],
-        fetched_at=result["done_at"], fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3),
-        body_b64=b64(result["body"][:max_bytes]), ip=result.get("ip"),
-    )
+    return RobotsResult(type="robots", body_b64=b64(result["body"][:max_bytes]), **_preflight(result))
 
 
 def robots_output(result: FetchResult, max_bytes: int) -> tuple[str, str, bytes]:
@@ -158,13 +157,7 @@ def is_tdmrep(result: FetchResult) -> bool:
 def tdmrep_event(result: FetchResult, max_bytes: int) -> TdmrepResult:
     """The `TdmrepResult` crawl.outcomes event of a tdmrep.json fetch (decision 1930), body capped at
     `max_bytes` (OptOutPolicy.max_tdmrep_bytes)."""
-    request = result["request"]
-    return TdmrepResult(
-        v=SCHEMA_VERSION, type="tdmrep", host=request["host"], lease_id=request["lease_id"],
-        fetch_status=result["fetch_status"], http_status=result["http_status"],
-        fetched_at=result["done_at"], fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3),
-        body_b64=b64(result["body"][:max_bytes]), ip=result.get("ip"),
-    )
+    return TdmrepResult(type="tdmrep", body_b64=b64(result["body"][:max_bytes]), **_preflight(result))
 
 
 def tdmrep_outputs(result: FetchResult, max_bytes: int) -> list[tuple[str, str, bytes]]:

@@ -96,55 +96,45 @@ class Completion(TypedDict):
     soft_404: NotRequired[bool]         # the host's "not found" page served as a 200 (decision 1803)
 
 
-class RobotsResult(TypedDict):
-    """The outcome of a robots.txt fetch; the body travels so the frontier can keep the rules in state."""
+class PreflightResult(TypedDict):
+    """What every per-host fetch outcome carries (robots.txt, tdmrep.json, the soft-404 probe): which
+    lease it ends, and how the fetch went. Each kind adds its `type` and its own fields."""
 
     v: int
-    type: Literal["robots"]
     host: str
     lease_id: str
     fetch_status: str
     http_status: int | None
     fetched_at: float
     fetch_ms: float
-    body_b64: str               # robots.txt body (capped by RobotsPolicy), base64
     ip: NotRequired[str | None]  # the server address fetched from
+
+
+class RobotsResult(PreflightResult):
+    """The outcome of a robots.txt fetch; the body travels so the frontier can keep the rules in state."""
+
+    type: Literal["robots"]
+    body_b64: str               # robots.txt body (capped by RobotsPolicy), base64
     gate_key: NotRequired[str]  # written by jobs before decision 1612 (an IP gate between frontier and fetcher); ignored
 
 
-class TdmrepResult(TypedDict):
+class TdmrepResult(PreflightResult):
     """The outcome of a `/.well-known/tdmrep.json` fetch (TDMRep; decision 1930), like `RobotsResult`:
     the body (capped at OptOutPolicy.max_tdmrep_bytes) travels so the frontier can keep it in state."""
 
-    v: int
     type: Literal["tdmrep"]
-    host: str
-    lease_id: str
-    fetch_status: str
-    http_status: int | None
-    fetched_at: float
-    fetch_ms: float
     body_b64: str
-    ip: NotRequired[str | None]
 
 
-class ProbeResult(TypedDict):
+class ProbeResult(PreflightResult):
     """The outcome of a host's soft-404 probe (a random page-like path, decision 1803): what the
     frontier keeps to compare the host's pages with. The page itself is neither archived nor published."""
 
-    v: int
     type: Literal["probe"]
-    host: str
-    lease_id: str
-    fetch_status: str
-    http_status: int | None
-    fetched_at: float
-    fetch_ms: float
     bytes: int                  # body length
     simhash: int | None         # of the answer's main text (complete 200 HTML answers)
     title: str | None
     retry_after: float | None   # seconds, from a 429/503's Retry-After
-    ip: NotRequired[str | None]
 
 
 class IpDone(TypedDict):

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,7 +26,9 @@ from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from crawler import kafka_io
 from crawler.crawl import records_since, seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source, python_worker_settings
-from udfs.config import CrawlConfig
+from tests.synthweb import SyntheticWebProcess, WebPolicy
+from tests.synthweb.model import policy_to_dict
+from udfs.config import CrawlConfig, load_config
 from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, decode_frontier_event
 
 
@@ -109,6 +112,26 @@ def loop_events(kafka_bootstrap: str, since_ms: int) -> list[dict[str, Any]]:
     (completions, robots and tdmrep results) on crawl.outcomes (decision 1610)."""
     return [json.loads(v) for topic in (TOPIC_FRONTIER, TOPIC_OUTCOMES)
             for _, v in records_since(kafka_bootstrap, topic, since_ms)]
+
+
+def start_policy_web(work: Path, n_hosts: int, seed: int, policy: WebPolicy) -> SyntheticWebProcess:
+    """The synthetic web of `n_hosts` hosts under `policy`, served by its own process (files under work/web)."""
+    (work / "web").mkdir()
+    policy_file = work / "web-policy.json"
+    policy_file.write_text(json.dumps(policy_to_dict(policy)))
+    return SyntheticWebProcess(n_hosts, seed, work / "web", policy_file=policy_file).start()
+
+
+def loop_config(work: Path, web: SyntheticWebProcess, delay_s: float, *settings: str) -> CrawlConfig:
+    """The job's configuration for a test crawl of `web`: WARC files under work/warc, a fresh consumer
+    group, the web's host map, loopback allowed but for one denied range, 5 s checkpoints, 50 ms
+    bundles and `delay_s` between requests to a host; `settings` (`SECTION.KEY=VALUE`) come last."""
+    return load_config("", [
+        f'job.warc_root="{work / "warc"}"', f'job.group_id="test-{uuid.uuid4().hex[:8]}"',
+        "job.checkpoint_interval_ms=5000", "job.bundle_time_ms=50",
+        f'fetch.host_map_file="{web.host_map}"', "fetch.resolve_dns=false",
+        'fetch.allow_cidrs=["127.0.0.0/8"]', 'fetch.deny_cidrs=["127.255.0.0/16"]',
+        f"politeness.default_delay_s={delay_s}", f"politeness.min_delay_s={delay_s}", *settings])
 
 
 def start_crawl_job(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Path, name: str,

@@ -10,7 +10,6 @@ import gzip
 import io
 import json
 import time
-import uuid
 from pathlib import Path
 
 from urllib.parse import urlsplit
@@ -20,14 +19,13 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.crawl import records_since
-from tests.integration.harness import loop_events, start_crawl_job
+from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
 from tests.paths import ROOT
-from tests.synthweb import RobotsVariant, SyntheticWebProcess, Web, WebPolicy, audit_politeness, build_web, load_log
-from tests.synthweb.model import Host, policy_to_dict
+from tests.synthweb import RobotsVariant, Web, WebPolicy, audit_politeness, build_web, load_log
+from tests.synthweb.model import Host
 from tests.synthweb.audit import ROBOTS_PATHS
 from tests.synthweb.tdmrep import TDMREP_PATH, tdmrep_body
 from tests.warc_validators import assert_all_accept
-from udfs.config import load_config
 from udfs.optout import tdmrep_rule
 from udfs.records import TOPIC_PAGES
 
@@ -91,22 +89,12 @@ def by_group(pages: list[dict], web: Web) -> dict[str, list[dict]]:
 def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory: pytest.TempPathFactory):
     """Crawl a small synthetic web until WANT_PAGES pages are published (or the deadline); yield what it left."""
     work = tmp_path_factory.mktemp("crawl")
-    (work / "web").mkdir()
-    policy_file = work / "web-policy.json"
-    policy_file.write_text(json.dumps(policy_to_dict(WEB_POLICY)))
     described = build_web(N_HOSTS, SEED, WEB_POLICY)
     assert all(optout_groups(described).values()), optout_groups(described)
-    web = SyntheticWebProcess(N_HOSTS, SEED, work / "web", policy_file=policy_file).start()
+    web = start_policy_web(work, N_HOSTS, SEED, WEB_POLICY)
     warc_root = work / "warc"
-    config = load_config("", [
-        f'job.warc_root="{warc_root}"', f'job.group_id="test-{uuid.uuid4().hex[:8]}"',
-        "job.checkpoint_interval_ms=5000",
-        f'fetch.host_map_file="{web.host_map}"', "fetch.resolve_dns=false",
-        'fetch.allow_cidrs=["127.0.0.0/8"]', 'fetch.deny_cidrs=["127.255.0.0/16"]',
-        "fetch.total_timeout_s=5.0", "fetch.first_byte_timeout_s=3.0",
-        f"politeness.default_delay_s={DEFAULT_DELAY_S}", f"politeness.min_delay_s={DEFAULT_DELAY_S}",
-        "frontier.lease_timeout_s=20.0", "job.bundle_time_ms=50",
-    ])
+    config = loop_config(work, web, DEFAULT_DELAY_S, "fetch.total_timeout_s=5.0", "fetch.first_byte_timeout_s=3.0",
+                         "frontier.lease_timeout_s=20.0")
     pages: list[dict] = []
     try:
         client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "crawl-loop-test", web.seeds)

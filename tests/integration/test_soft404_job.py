@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from crawler.crawl import records_since
-from tests.integration.harness import loop_events, start_crawl_job
-from tests.synthweb import SyntheticWebProcess, WebPolicy, audit_politeness, build_web, load_log
+from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
+from tests.synthweb import WebPolicy, audit_politeness, build_web, load_log
 from tests.synthweb.audit import ROBOTS_PATHS
-from tests.synthweb.model import Behaviour, policy_to_dict
+from tests.synthweb.model import Behaviour
 from tests.synthweb.tdmrep import TDMREP_PATH
-from udfs.config import load_config
 from udfs.records import TOPIC_PAGES
 from udfs.soft404 import PROBE_PATH
 
@@ -39,21 +37,11 @@ WEB_POLICY = WebPolicy(behaviour_share=1.0, behaviours=frozenset({Behaviour.SOFT
 @pytest.fixture(scope="module")
 def soft404_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("soft404")
-    (work / "web").mkdir()
-    policy_file = work / "web-policy.json"
-    policy_file.write_text(json.dumps(policy_to_dict(WEB_POLICY)))
     described = build_web(N_HOSTS, SEED, WEB_POLICY)
     assert all(Behaviour.SOFT_404 in h.behaviours for h in described.hosts)
-    web = SyntheticWebProcess(N_HOSTS, SEED, work / "web", policy_file=policy_file).start()
-    config = load_config("", [
-        f'job.warc_root="{work / "warc"}"', f'job.group_id="soft404-{uuid.uuid4().hex[:8]}"',
-        "job.checkpoint_interval_ms=5000", "job.bundle_time_ms=50",
-        f'fetch.host_map_file="{web.host_map}"', "fetch.resolve_dns=false",
-        'fetch.allow_cidrs=["127.0.0.0/8"]', 'fetch.deny_cidrs=["127.255.0.0/16"]',
-        "fetch.total_timeout_s=5.0", "fetch.first_byte_timeout_s=3.0",
-        f"politeness.default_delay_s={DELAY_S}", f"politeness.min_delay_s={DELAY_S}",
-        "frontier.lease_timeout_s=20.0",
-    ])
+    web = start_policy_web(work, N_HOSTS, SEED, WEB_POLICY)
+    config = loop_config(work, web, DELAY_S, "fetch.total_timeout_s=5.0", "fetch.first_byte_timeout_s=3.0",
+                         "frontier.lease_timeout_s=20.0")
     pages: list[dict] = []
     marked: list[dict] = []
     try:

@@ -26,10 +26,8 @@ from crawler import kafka_io
 from crawler.audit import AuditLog, read_audit
 from crawler.cli import main
 from crawler.crawl import records_since
-from tests.integration.harness import start_crawl_job
-from tests.synthweb import SyntheticWebProcess, WebPolicy, build_web, load_log
-from tests.synthweb.model import policy_to_dict
-from udfs.config import load_config
+from tests.integration.harness import loop_config, start_crawl_job, start_policy_web
+from tests.synthweb import WebPolicy, build_web, load_log
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES
 from udfs.urls import host_key
 
@@ -70,20 +68,10 @@ def corpus_hosts(out: Path) -> set[str]:
 @pytest.fixture(scope="module")
 def takedown_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory: pytest.TempPathFactory):
     work = tmp_path_factory.mktemp("takedown")
-    (work / "web").mkdir()
-    policy_file = work / "web-policy.json"
-    policy_file.write_text(json.dumps(policy_to_dict(WEB_POLICY)))
     opted_out = {h.name for h in build_web(N_HOSTS, SEED, WEB_POLICY).hosts if h.noai}
     assert opted_out and len(opted_out) <= N_HOSTS - 2, opted_out
-    web = SyntheticWebProcess(N_HOSTS, SEED, work / "web", policy_file=policy_file).start()
-    config = load_config("", [
-        f'job.warc_root="{work / "warc"}"', f'job.group_id="test-{uuid.uuid4().hex[:8]}"',
-        "job.checkpoint_interval_ms=5000", "job.bundle_time_ms=50",
-        f'fetch.host_map_file="{web.host_map}"', "fetch.resolve_dns=false",
-        'fetch.allow_cidrs=["127.0.0.0/8"]', 'fetch.deny_cidrs=["127.255.0.0/16"]',
-        f"politeness.default_delay_s={DELAY_S}", f"politeness.min_delay_s={DELAY_S}",
-        "frontier.control_poll_s=2.0",
-    ])
+    web = start_policy_web(work, N_HOSTS, SEED, WEB_POLICY)
+    config = loop_config(work, web, DELAY_S, "frontier.control_poll_s=2.0")
     index, corpus, log = work / "search.sqlite", work / "corpus", work / "audit.jsonl"
     groups = {"index": f"index-{uuid.uuid4().hex}", "corpus": f"corpus-{uuid.uuid4().hex}"}
     policy = CorpusPolicy(min_chars=50)
