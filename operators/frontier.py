@@ -216,6 +216,8 @@ class HostFrontier:
         if self.budget is not None and kind in _LEASE_ENDS:
             self.budget.ended(event.get("lease_id"), now)
         if kind == "discovered" and isinstance(event.get("urls"), list):
+            if self.budgets is not None:
+                state = fl.note_inlink(state, host, event.get("from_host"))
             state = self._admit_all(host, state, event["urls"], now, controls)
         elif kind == "completion":
             state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls),

@@ -609,7 +609,8 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
         if source == "redirect":
             entry["redirect_hops"] = hops
         by_host.setdefault(host, {}).setdefault(fp, entry)
-    return [DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host, urls=list(entries.values()))
+    return [DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host, urls=list(entries.values()),
+                            from_host=request["host"])
             for host, entries in by_host.items()]
 
 

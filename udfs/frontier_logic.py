@@ -39,6 +39,7 @@ import enum
 import ipaddress
 import json
 import math
+import zlib
 import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Protocol
@@ -371,6 +372,7 @@ class HostState:
     budget: BudgetRow | None = None  # the host's page and URL token buckets (None = never spent: full; decision 1805)
     seeded: bool = False            # a seed URL of the host was admitted (raises its importance)
     min_depth: int | None = None    # the smallest depth of a URL it admitted (None = none yet)
+    inlinks: tuple[int, ...] = ()   # CRC-32s of other hosts seen linking in, at most MAX_INLINK_HOSTS (decision 1806)
 
     @property
     def queued(self) -> int:
@@ -406,7 +408,7 @@ class HostState:
                                                       self.probe.title, self.probe.at],
             "budget": None if self.budget is None else [self.budget.page_tokens, self.budget.url_tokens,
                                                         self.budget.at],
-            "seeded": self.seeded, "min_depth": self.min_depth,
+            "seeded": self.seeded, "min_depth": self.min_depth, "inlinks": list(self.inlinks),
         }, separators=(",", ":"))
 
     @staticmethod
@@ -447,6 +449,7 @@ class HostState:
             probe=None if probe is None else ProbeRow.of(*probe[:4], at=probe[4]),
             budget=None if budget is None else BudgetRow(page_tokens=budget[0], url_tokens=budget[1], at=budget[2]),
             seeded=data.get("seeded", False), min_depth=data.get("min_depth"),
+            inlinks=tuple(data.get("inlinks", ())),
         )
 
 
@@ -773,11 +776,26 @@ def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Pol
 
 
 def host_importance(state: HostState, budgets: BudgetPolicy) -> float:
-    """The host's budget multiplier from what its row knows (udfs.budgets.importance; decision 1805):
-    seed or not, its closest URL's depth, its unique-content ratio. Links in from other hosts and
-    sitemaps are not counted yet."""
-    signals = ImportanceSignals(is_seed=state.seeded, min_depth=state.min_depth or 0, unique_ratio=state.quality.ratio)
+    """The host's budget multiplier from what its row knows (udfs.budgets.importance; decisions 1805,
+    1806): seed or not, other hosts linking in, its closest URL's depth, its unique-content ratio.
+    Sitemaps are not counted yet."""
+    signals = ImportanceSignals(inlink_hosts=len(state.inlinks), is_seed=state.seeded,
+                                min_depth=state.min_depth or 0, unique_ratio=state.quality.ratio)
     return importance(signals, budgets)
+
+
+MAX_INLINK_HOSTS = 64   # 0.5 · log2(1 + 64): at most 3 doublings of importance from links in
+
+
+def note_inlink(state: HostState, host: str, from_host: Any) -> HostState:
+    """Remember that `from_host` links to `host` (decision 1806): a bounded set of the other hosts'
+    CRC-32s; links from the host itself, a malformed name or a full set change nothing."""
+    if not isinstance(from_host, str) or not from_host or from_host == host or len(state.inlinks) >= MAX_INLINK_HOSTS:
+        return state
+    mark = zlib.crc32(from_host.encode("utf-8"))
+    if mark in state.inlinks:
+        return state
+    return replace(state, inlinks=tuple(sorted((*state.inlinks, mark))))
 
 
 def spend_page(state: HostState, now: float, budgets: BudgetPolicy) -> HostState:

@@ -63,6 +63,9 @@ class DiscoveredBatch(TypedDict):
     type: Literal["discovered"]
     host: str
     urls: list[UrlEntry]
+    # The host of the page the links were found on (writers since decision 1806; absent for seeds,
+    # sitemaps and older writers): the frontier counts the other hosts linking in for importance.
+    from_host: NotRequired[str]
 
 
 class Completion(TypedDict):

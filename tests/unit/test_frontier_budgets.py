@@ -94,3 +94,31 @@ def test_the_frontier_spends_both_budgets_and_counts_the_dropped_urls():
     pages = [r for r in released if r["kind"] == "page"]
     assert len(pages) == 2                                               # 3 × 0.84 = 2.5 pages a day
     assert h.state.queued == 2 and h.advance(60.0) == []                 # the third waits for its token
+
+
+def test_other_hosts_linking_in_raise_importance_up_to_a_bound():
+    state = fl.HostState()
+    for n in range(100):
+        state = fl.note_inlink(state, HOST, f"site{n}.example")
+    assert len(state.inlinks) == fl.MAX_INLINK_HOSTS
+    assert fl.host_importance(state, BUDGETS) == pytest.approx(2 ** (0.5 * 6.022), rel=1e-3)   # log2(65) = 6.02
+    same = fl.note_inlink(fl.HostState(), HOST, HOST)
+    again = fl.note_inlink(fl.note_inlink(fl.HostState(), HOST, "a.example"), HOST, "a.example")
+    assert same.inlinks == () and len(again.inlinks) == 1
+    assert fl.note_inlink(fl.HostState(), HOST, None).inlinks == ()
+    assert fl.HostState.from_row(state.to_row()) == state
+
+
+def test_the_frontier_counts_the_host_a_discovery_came_from():
+    h = Harness(politeness=POLITENESS, budgets=BUDGETS)
+    urls = [{"url": f"http://{HOST}/x", "fp": url_fp(f"http://{HOST}/x"), "depth": 1, "priority": 5, "source": "link"}]
+    for n in range(3):
+        h.event({"v": 1, "type": "discovered", "host": HOST, "urls": urls, "from_host": f"s{n}.example"})
+    assert len(h.state.inlinks) == 3
+
+
+def test_writers_say_which_host_the_links_were_found_on():
+    from operators.warc_writer import discovered_batches
+    from tests.unit.test_canonical import _bundle
+    batches = discovered_batches(_bundle(None))
+    assert batches and {b["from_host"] for b in batches} == {"shop.example.com"}
