@@ -149,9 +149,10 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                             .uid("control-rejects-to-status").name("control rejects to status"))
     valid_controls = (controls.flat_map(_valid_events, output_type=EVENT_TYPE)
                       .uid("valid-controls").name("valid controls"))
+    soft404 = config.soft404 if config.soft404.enabled else None   # probes in the frontier, checks in parse
     frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch,
                                 config.bloom, config.recrawl, config.host_quality, optout=config.optout,
-                                soft404=config.soft404 if config.soft404.enabled else None,
+                                soft404=soft404,
                                 budgets=config.budgets if config.budgets.enabled else None)
     events = (decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
               .union(outcomes.flat_map(_frontier_events, output_type=EVENT_TYPE)
@@ -166,7 +167,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                           extract_policy=config.extract, warc_policy=config.warc, storage=config.storage,
                           fetch_parallelism=job.fetch_parallelism, dedup=config.dedup,
                           discovery=config.discovery, optout=config.optout, gate=config.ipgate,
-                          soft404=config.soft404,
+                          soft404=soft404,
                           writer_slot_group=job.writer_slot_group)
     set_python_mode(env, "thread")
 

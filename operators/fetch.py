@@ -53,7 +53,7 @@ from udfs.netguard import FetchPolicy
 from udfs.records import FetchRequest, FetchResult, FetchStatus
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy
-from udfs.soft404 import DEFAULT_SOFT404_POLICY, Soft404Policy
+from udfs.soft404 import Soft404Policy
 from udfs.storage import StoragePolicy
 from udfs.warc import WarcPolicy
 
@@ -500,7 +500,7 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
                 gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY,
                 writer_slot_group: str = "",
-                soft404: Soft404Policy = DEFAULT_SOFT404_POLICY) -> DataStream:
+                soft404: Soft404Policy | None = None) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
     The graph of §1 from fetch to the two sinks: fetch → robots, tdmrep and soft-404 probe results
@@ -509,7 +509,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     parse → probe → dedup (decision 1616) (pages.parsed, crawl.frontier, crawl.outcomes). The fetch
     operator needs the `process` execution mode to be in force when this is called (ARCHITECTURE.md
     §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
-    the job-level mode they need, is in force on return.
+    the job-level mode they need, is in force on return. With a `soft404` policy, parse compares each
+    page that carries its host's probe answer with it (decision 1803); None: no checks.
     """
     # A new uid with decision 1612: the async operator it replaces ("fetch") and the IP gate before it
     # ("ip-gate") are gone, so a savepoint from before restores with --allowNonRestoredState.
@@ -524,8 +525,7 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                                else tdmrep_outputs(r, max_tdmrep) if is_tdmrep(r)
                                else probe_outputs(r, extract_policy) if is_probe(r) else [],
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
-    soft404_checks = soft404 if soft404.enabled else None
-    pages = (fetched.flat_map(ParseFunction(extract_policy, optout, soft404_checks), output_type=FETCH_RESULT_TYPE)
+    pages = (fetched.flat_map(ParseFunction(extract_policy, optout, soft404), output_type=FETCH_RESULT_TYPE)
              .uid("parse").name("parse"))
     set_mode = functools.partial(set_python_mode, requests.get_execution_environment())
     # The page goes to the writer directly; dedup sees a small probe of it, and the writer pairs the

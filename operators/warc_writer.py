@@ -545,7 +545,7 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
     the owner's (decision 1300). A near-duplicate carries `near_duplicate_of` and all it says.
     """
     result, page = bundle["result"], bundle["page"]
-    if page is None or page["noindex"] or page.get("soft_404") or not is_complete_page(result):
+    if page is None or page["noindex"] or is_soft_404_page(bundle) or not is_complete_page(result):
         return None
     request = result["request"]
     assert bundle["content_hash"] is not None and bundle["simhash"] is not None
@@ -588,7 +588,7 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     redirect = redirect_target(response_url(result), result["http_status"], result["headers"])
     if redirect is not None:
         found.append((redirect, "redirect", PRIORITY_REDIRECT))
-    if page is not None and not is_alias(bundle) and not page.get("soft_404"):
+    if page is not None and not is_alias(bundle) and not is_soft_404_page(bundle):
         if page["refresh"]:
             found.append((page["refresh"], "redirect", PRIORITY_REDIRECT))
         if not page["nofollow"]:

@@ -628,6 +628,12 @@ def in_cycle(record: UrlRecord, now: float, policy: FrontierPolicy) -> bool:
     return now - record.at < policy.recrawl_after_s
 
 
+def _robots_forbid(state: HostState, rules: RulesLike | None, url: str, policy: FrontierPolicy) -> bool:
+    """Whether the host's parsed robots.txt keeps us off `url` at release (rules missing under PARSED
+    count as a no); under ALLOW_ALL nothing is forbidden."""
+    return state.robots is Robots.PARSED and (rules is None or not _allowed(rules, url, policy))
+
+
 def _allowed(rules: RulesLike, url: str, policy: FrontierPolicy) -> bool:
     """Fail closed: a rules object that raises disallows the URL."""
     try:
@@ -844,7 +850,7 @@ def lease_tdmrep(state: HostState, host: str, fp: int, rules: RulesLike | None, 
     stored body). Decision 1930.
     """
     url = tdmrep_url(host, state)
-    if state.robots is Robots.PARSED and (rules is None or not _allowed(rules, url, policy)):
+    if _robots_forbid(state, rules, url, policy):
         return _no_tdmrep(state, now, robots_policy), None
     return _lease(state, "tdmrep", QueueItem(url, fp, 0, 0), host, now, policy, run)
 
@@ -860,7 +866,7 @@ def lease_probe(state: HostState, host: str, url: str, fp: int, rules: RulesLike
     The probe passes robots.txt like any URL: when it is disallowed nothing is fetched and the host
     gets an inconclusive answer (no checks; tried again after `retry_after_s`). Decision 1803.
     """
-    if state.robots is Robots.PARSED and (rules is None or not _allowed(rules, url, policy)):
+    if _robots_forbid(state, rules, url, policy):
         return replace(state, probe=no_answer(now)), None
     return _lease(state, "probe", QueueItem(url, fp, 0, 0), host, now, policy, run)
 
@@ -926,7 +932,7 @@ def lease_page(state: HostState, item: QueueItem, rules: RulesLike | None, host:
     Returns (state, request, Verdict.ADMITTED) or (state, None, ROBOTS_DISALLOWED) when the URL must
     be dropped (the caller marks its URL-table row DISALLOWED). `rules` is None only under ALLOW_ALL.
     """
-    if state.robots is Robots.PARSED and (rules is None or not _allowed(rules, item.url, policy)):
+    if _robots_forbid(state, rules, item.url, policy):
         return state, None, Verdict.ROBOTS_DISALLOWED
     state, request = _lease(state, "page", item, host, now, policy, run)
     return state, request, Verdict.ADMITTED

@@ -206,7 +206,7 @@ def is_soft_404(probe: ProbeRow | None, http_status: Any, simhash: Any, length: 
     of the probe's and its SimHash is within `max_hamming` bits of the probe's, or (with `use_title`)
     its non-empty title equals the probe's. Never raises: malformed values mean "not a soft 404".
     """
-    if probe is None or probe.status != 200 or probe.simhash is None or http_status != 200:
+    if not is_suspect(probe) or http_status != 200:
         return False
     if not isinstance(length, int) or isinstance(length, bool) or length < 0:
         return False
