@@ -45,6 +45,9 @@ class PageFacts(TypedDict):
     # True: the host's "not found" page served as a 200 (decision 1803): archived, not published,
     # its links not followed
     soft_404: NotRequired[bool]
+    # normalised URL -> the same URL in the page's own query order, for links where sorting the query
+    # changed it: robots.txt judges both forms (decision 1807)
+    written: NotRequired[dict[str, str]]
 
 
 class ParsedBundle(TypedDict):
@@ -84,6 +87,9 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
         noindex=found.robots.noindex, nofollow=found.robots.nofollow, error=found.error,
         optout=verdict.as_record(),
     )
+    written = {link.url: link.written for link in found.links if link.written is not None}
+    if written:
+        bundle["page"]["written"] = written
     probe = result["request"].get("soft404_probe")
     if soft404 is not None and probe and _like_probe(probe, result, bundle["simhash"], found.title, soft404):
         bundle["page"]["soft_404"] = True

@@ -48,7 +48,7 @@ from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle
 from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
 from udfs.canonical import HINT, CanonicalVerdict, judge_canonical
-from udfs.fetch_status import header_value, is_complete_page, redirect_target, retry_after_seconds
+from udfs.fetch_status import header_value, is_complete_page, redirect_target, redirect_written, retry_after_seconds
 from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion, DiscoveredBatch,
                           FetchResult, FetchStatus, ParsedPage, UrlEntry, encode, response_url)
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
@@ -584,20 +584,22 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     request = result["request"]
     depth = request.get("depth", 0) + 1
     hops = request.get("redirect_hops", 0) + 1   # for redirect targets: the frontier caps chains
-    found: list[tuple[str, str, int]] = []
+    found: list[tuple[str, str, int, str | None]] = []   # (url, source, priority, written form)
     redirect = redirect_target(response_url(result), result["http_status"], result["headers"])
     if redirect is not None:
-        found.append((redirect, "redirect", PRIORITY_REDIRECT))
+        found.append((redirect, "redirect", PRIORITY_REDIRECT,
+                      redirect_written(response_url(result), result["headers"], redirect)))
     if page is not None and not is_alias(bundle) and not is_soft_404_page(bundle):
+        written = page.get("written", {})
         if page["refresh"]:
-            found.append((page["refresh"], "redirect", PRIORITY_REDIRECT))
+            found.append((page["refresh"], "redirect", PRIORITY_REDIRECT, None))
         if not page["nofollow"]:
-            found += [(url, "link", PRIORITY_LINK) for url, nofollow in page["links"] if not nofollow]
+            found += [(url, "link", PRIORITY_LINK, written.get(url)) for url, nofollow in page["links"] if not nofollow]
         canonical = canonical_verdict(bundle)
         if canonical is not None and canonical.trust == HINT:
-            found.append((canonical.url, "link", PRIORITY_LINK))   # crawled, so a broken one shows (decision 1804)
+            found.append((canonical.url, "link", PRIORITY_LINK, None))   # crawled, so a broken one shows (decision 1804)
     by_host: dict[str, dict[int, UrlEntry]] = {}
-    for url, source, priority in found:
+    for url, source, priority, as_written in found:
         try:
             host = host_key(url)
         except ValueError:
@@ -608,6 +610,8 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
         entry = UrlEntry(url=url, fp=fp, depth=depth, priority=priority, source=source)
         if source == "redirect":
             entry["redirect_hops"] = hops
+        if as_written is not None:
+            entry["written"] = as_written
         by_host.setdefault(host, {}).setdefault(fp, entry)
     return [DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host, urls=list(entries.values()),
                             from_host=request["host"])

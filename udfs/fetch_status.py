@@ -15,7 +15,7 @@ from typing import Callable, Final
 import brotli
 
 from udfs.records import FetchRequest, FetchResult, FetchStatus
-from udfs.urls import normalize_url
+from udfs.urls import normalize_url, written_order
 
 REDIRECT_CODES: Final = frozenset({301, 302, 303, 307, 308})
 # A Retry-After beyond this is treated as this (a server must not park a host for ever).
@@ -65,6 +65,12 @@ def header_value(headers: list[tuple[str, str]], name: str) -> str | None:
         if key.lower() == wanted:
             return value
     return None
+
+
+def redirect_written(url: str, headers: list[tuple[str, str]], target: str) -> str | None:
+    """The redirect target in the query order its Location wrote, when sorting changed it (decision 1807)."""
+    location = header_value(headers, "location")
+    return written_order(location.strip(), target, base=url) if location else None
 
 
 def redirect_target(url: str, http_status: int | None, headers: list[tuple[str, str]]) -> str | None:

@@ -236,9 +236,10 @@ def capture_dict(capture: Capture) -> dict[str, str | None]:
 @dataclass(frozen=True)
 class QueueItem:
     """One queued URL; its row is `[2, url, fp, depth, priority, attempt, etag, last_modified,
-    redirect_hops, capture?]`, the leading 2 being the row's schema version (QUEUE_ROW_VERSION). Rows
-    written before versions start with the URL (version 1: seven to nine fields; 0 hops, no capture).
-    `priority` is the queue index: 0-9 the discovery priorities, PRIORITIES + t the recrawl tier t."""
+    redirect_hops, capture?, written?]`, the leading 2 being the row's schema version (QUEUE_ROW_VERSION).
+    Rows written before versions start with the URL (version 1: seven to nine fields; 0 hops, no capture).
+    `priority` is the queue index: 0-9 the discovery priorities, PRIORITIES + t the recrawl tier t.
+    `written` is the URL in the query order its page wrote, when sorting changed it (decision 1807)."""
 
     url: str
     fp: int
@@ -249,6 +250,7 @@ class QueueItem:
     last_modified: str | None = None
     redirect_hops: int = 0     # redirects followed to reach this URL (0 unless it is a redirect target)
     capture: Capture | None = None  # the previous capture, for a 304's revisit record (recrawls only)
+    written: str | None = None
 
     @property
     def recrawl(self) -> bool:
@@ -258,8 +260,10 @@ class QueueItem:
     def to_row(self) -> str:
         row = [QUEUE_ROW_VERSION, self.url, self.fp, self.depth, self.priority, self.attempt, self.etag,
                self.last_modified, self.redirect_hops]
-        if self.capture is not None:
-            row.append(list(self.capture))
+        if self.capture is not None or self.written is not None:
+            row.append(None if self.capture is None else list(self.capture))
+        if self.written is not None:
+            row.append(self.written)
         return json.dumps(row, separators=(",", ":"))
 
     @staticmethod
@@ -271,7 +275,8 @@ class QueueItem:
                 raise ValueError(f"queue row schema version {fields[0]!r}; this release reads 1, {QUEUE_ROW_VERSION}")
             fields = fields[1:]
         capture = coerce_capture(fields[8]) if len(fields) > 8 else None
-        return QueueItem(*fields[:8], capture=capture)
+        written = fields[9] if len(fields) > 9 and isinstance(fields[9], str) else None
+        return QueueItem(*fields[:8], capture=capture, written=written)
 
 
 class UrlStatus(str, enum.Enum):
@@ -518,7 +523,17 @@ def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueIte
             return Verdict.WRONG_HOST
     except (ValueError, TypeError):
         return Verdict.MALFORMED
-    return QueueItem(url, fp, depth, min(max(priority, 0), PRIORITIES - 1), redirect_hops=hops)
+    return QueueItem(url, fp, depth, min(max(priority, 0), PRIORITIES - 1), redirect_hops=hops,
+                     written=_written_form(raw.get("written"), url))
+
+
+def _written_form(written: Any, url: str) -> str | None:
+    """An entry's `written` form when it is usable: a string of the URL's own scheme and host
+    (only the query order differs); anything else reads as absent (decision 1807)."""
+    if not isinstance(written, str) or written == url or len(written) > _MAX_URL_LENGTH:
+        return None
+    origin = url[:url.find("/", url.find("://") + 3) + 1]
+    return written if origin.endswith("/") and written.startswith(origin) else None
 
 
 def _non_negative_int(value: Any) -> bool:
@@ -579,7 +594,7 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         return state, Admission(Verdict.REDIRECT_LOOP if source == "redirect" else Verdict.SEEN)
     if record is None and state.url_count >= policy.max_urls_per_host:
         return state, Admission(Verdict.HOST_BUDGET)
-    if rules is not None and state.robots is Robots.PARSED and not _allowed(rules, item.url, policy):
+    if rules is not None and _robots_forbid(state, rules, item.url, policy, item.written):
         return state, Admission(Verdict.ROBOTS_DISALLOWED)
     queued = state.queued - state.recrawl_queued  # the recrawl lane is bounded by the URL table, not max_queue
     if queued + (1 if state.lease is not None and state.lease.kind == "page" else 0) >= policy.max_queue:
@@ -628,10 +643,16 @@ def in_cycle(record: UrlRecord, now: float, policy: FrontierPolicy) -> bool:
     return now - record.at < policy.recrawl_after_s
 
 
-def _robots_forbid(state: HostState, rules: RulesLike | None, url: str, policy: FrontierPolicy) -> bool:
-    """Whether the host's parsed robots.txt keeps us off `url` at release (rules missing under PARSED
-    count as a no); under ALLOW_ALL nothing is forbidden."""
-    return state.robots is Robots.PARSED and (rules is None or not _allowed(rules, url, policy))
+def _robots_forbid(state: HostState, rules: RulesLike | None, url: str, policy: FrontierPolicy,
+                   written: str | None = None) -> bool:
+    """Whether the host's parsed robots.txt keeps us off `url` (rules missing under PARSED count as a
+    no); under ALLOW_ALL nothing is forbidden. A page link whose query the page wrote in another order
+    is judged in that order too: `Disallow: /*?sort=` targets the site's order, not our sorted one
+    (decision 1807)."""
+    if state.robots is not Robots.PARSED:
+        return False
+    return (rules is None or not _allowed(rules, url, policy)
+            or (written is not None and not _allowed(rules, written, policy)))
 
 
 def _allowed(rules: RulesLike, url: str, policy: FrontierPolicy) -> bool:
@@ -932,7 +953,7 @@ def lease_page(state: HostState, item: QueueItem, rules: RulesLike | None, host:
     Returns (state, request, Verdict.ADMITTED) or (state, None, ROBOTS_DISALLOWED) when the URL must
     be dropped (the caller marks its URL-table row DISALLOWED). `rules` is None only under ALLOW_ALL.
     """
-    if _robots_forbid(state, rules, item.url, policy):
+    if _robots_forbid(state, rules, item.url, policy, item.written):
         return state, None, Verdict.ROBOTS_DISALLOWED
     state, request = _lease(state, "page", item, host, now, policy, run)
     return state, request, Verdict.ADMITTED

@@ -18,7 +18,7 @@ from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from udfs.optout import meta_names
 from udfs.text import decode_html, detect_language, primary_language, squash
-from udfs.urls import normalize_url
+from udfs.urls import DEFAULT_URL_POLICY, normalize_url, written_order
 
 if TYPE_CHECKING:
     from udfs.urls import UrlPolicy
@@ -75,6 +75,7 @@ class Link:
     url: str
     text: str
     nofollow: bool
+    written: str | None = None  # the URL in the page's own query order, when sorting changed it (decision 1807)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -234,6 +235,10 @@ def _normalize(url: str, base: str | None, url_policy: UrlPolicy | None) -> str 
     if url_policy is None:
         return normalize_url(url, base)
     return normalize_url(url, base, policy=url_policy)
+
+
+def _written(href: str, target: str, base: str, url_policy: UrlPolicy | None) -> str | None:
+    return written_order(href, target, base, url_policy or DEFAULT_URL_POLICY)
 
 
 def extract(
@@ -408,5 +413,5 @@ def _links(
         if len(found) >= policy.max_links:
             return tuple(found.values()), invalid, len(nodes) - position
         text = squash(node.text(deep=True), policy.max_anchor_chars) if attr == "href" else ""
-        found[target] = Link(url=target, text=text, nofollow=nofollow)
+        found[target] = Link(url=target, text=text, nofollow=nofollow, written=_written(href, target, base, url_policy))
     return tuple(found.values()), invalid, 0

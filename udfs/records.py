@@ -54,6 +54,9 @@ class UrlEntry(TypedDict):
     # Redirects followed to reach this URL: for a "redirect" entry the writer sets the source's
     # FetchRequest.redirect_hops + 1 (absent reads as 0, so the frontier's hop cap cannot trip).
     redirect_hops: NotRequired[int]
+    # The URL in the query order the page (or Location) wrote, when sorting the query changed it:
+    # the frontier asks robots.txt about both forms (decision 1807).
+    written: NotRequired[str]
 
 
 class DiscoveredBatch(TypedDict):

@@ -11,6 +11,7 @@ hostile input.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ __all__ = [
     "UrlPolicy",
     "host_key",
     "normalize_url",
+    "written_order",
     "registrable_domain",
     "url_fp",
 ]
@@ -132,6 +134,22 @@ def normalize_url(url: str, base: str | None = None, policy: UrlPolicy = DEFAULT
         return _normalize(url, base, policy)
     except Exception:  # the contract: a URL we cannot process is a URL we do not fetch
         return None
+
+
+def written_order(url: str, normalized: str, base: str | None = None,
+                  policy: UrlPolicy = DEFAULT_URL_POLICY) -> str | None:
+    """`url` normalised with its query pairs in the order the page wrote them, when sorting them made
+    `normalized` (its normal form) another string; else None. robots.txt judges both forms: a rule
+    such as `Disallow: /*?sort=` is written against the site's own order (decision 1807)."""
+    if not policy.sort_query or "&" not in normalized.partition("?")[2]:
+        return None
+    written = normalize_url(url, base, _unsorted(policy))
+    return written if written is not None and written != normalized else None
+
+
+@functools.lru_cache(maxsize=16)
+def _unsorted(policy: UrlPolicy) -> UrlPolicy:
+    return dataclasses.replace(policy, sort_query=False)
 
 
 def _normalize(url: str, base: str | None, policy: UrlPolicy) -> str | None:
