@@ -168,7 +168,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                           fetch_parallelism=job.fetch_parallelism, dedup=config.dedup,
                           discovery=config.discovery, optout=config.optout, gate=config.ipgate,
                           soft404=soft404,
-                          writer_slot_group=job.writer_slot_group)
+                          writer_slot_group=job.writer_slot_group, parse_slot_group=job.parse_slot_group)
     set_python_mode(env, "thread")
 
     sinks.emit(env, fetched.union(rejects))

@@ -500,7 +500,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
                 gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY,
                 writer_slot_group: str = "",
-                soft404: Soft404Policy | None = None) -> DataStream:
+                soft404: Soft404Policy | None = None,
+                parse_slot_group: str = "") -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
     The graph of §1 from fetch to the two sinks: fetch → robots, tdmrep and soft-404 probe results
@@ -527,6 +528,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
     pages = (fetched.flat_map(ParseFunction(extract_policy, optout, soft404), output_type=FETCH_RESULT_TYPE)
              .uid("parse").name("parse"))
+    if parse_slot_group:
+        pages = pages.slot_sharing_group(parse_slot_group)   # its own Python worker (decision 1808)
     set_mode = functools.partial(set_python_mode, requests.get_execution_environment())
     # The page goes to the writer directly; dedup sees a small probe of it, and the writer pairs the
     # verdict with the page by join key (decision 1616).

@@ -29,15 +29,21 @@ class JobPolicy:
     # interpreter lock (decision 1617: 59.0 → 66.0 pages/s on 2 cores); the job then takes
     # max(parallelism, fetch_parallelism) + parallelism slots. Empty (or "default"): the writer shares the fetcher's slots.
     writer_slot_group: str = "writer"
+    # Slot sharing group of parse (and the dedup operators after it). Its own group gives parse a Python
+    # worker process of its own, so the fetcher's event loop does not wait for page parsing to let go of
+    # the interpreter lock (decision 1808); the job then takes `parallelism` more slots. Empty (or
+    # "default"): parse runs in the fetcher's worker.
+    parse_slot_group: str = ""
     # Processing bundles of the Python workers: small bundles keep timers and checkpoints prompt.
     bundle_time_ms: int = 100
     bundle_size: int = 100
 
     @property
     def slots(self) -> int:
-        """Task slots the job takes: its widest operator's, plus the writers' own group (decision 1617)."""
-        shared = self.writer_slot_group in ("", "default")
-        return max(self.parallelism, self.fetch_parallelism) + (0 if shared else self.parallelism)
+        """Task slots the job takes: its widest operator's, plus the writers' and parse's own groups
+        (decisions 1617, 1808)."""
+        own_groups = sum(group not in ("", "default") for group in (self.writer_slot_group, self.parse_slot_group))
+        return max(self.parallelism, self.fetch_parallelism) + own_groups * self.parallelism
 
     def __post_init__(self) -> None:
         for name in ("parallelism", "max_parallelism", "checkpoint_interval_ms", "fetch_capacity",

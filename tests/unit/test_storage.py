@@ -90,5 +90,7 @@ def test_default_roll_age_leaves_room_for_the_fetch_within_a_lease() -> None:
 def test_the_writers_own_slot_sharing_group_adds_a_slot_per_subtask_unless_it_is_shared() -> None:
     assert JobPolicy().slots == 2
     assert JobPolicy(parallelism=2, fetch_parallelism=3).slots == 5
+    assert JobPolicy(parse_slot_group="parse").slots == 3            # parse's own worker (decision 1808)
+    assert JobPolicy(parallelism=2, writer_slot_group="", parse_slot_group="parse").slots == 4
     assert JobPolicy(parallelism=2, writer_slot_group="").slots == 2
     assert JobPolicy(parallelism=2, writer_slot_group="default").slots == 2
