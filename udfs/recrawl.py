@@ -87,6 +87,9 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+SCHEDULERS = ("adaptive", "uniform", "halve")
+
+
 @dataclass(frozen=True)
 class RecrawlPolicy:
     """How known pages come due again (config section `[recrawl]`). Times in seconds.
@@ -127,6 +130,10 @@ class RecrawlPolicy:
     value_hub: log2 value per doubling of (1 + new links per fetch) (0.5).
     value_depth: log2 value lost per hop from a seed (0.1).
     value_min, value_max: bounds of a page's value weight (0.25, 4.0).
+    scheduler: how a fetched page's next due time is set: "adaptive" (the default: change rate, value
+        and budget, decisions 1100-1103), or, as baselines for the freshness benchmark (decision
+        1809), "uniform" (every page after budget_interval_s) and "halve" (the interval since the
+        last fetch halved after a change, × 1.5 otherwise; budget_interval_s at first).
     """
 
     min_interval_s: float = 3_600.0
@@ -152,6 +159,7 @@ class RecrawlPolicy:
     value_depth: float = 0.1
     value_min: float = 0.25
     value_max: float = 4.0
+    scheduler: str = "adaptive"
 
     def __post_init__(self) -> None:
         positive = ("min_interval_s", "max_interval_s", "budget_interval_s", "tier_ratio", "memory",
@@ -185,6 +193,8 @@ class RecrawlPolicy:
             raise ValueError(f"recrawl.backoff_factor must be a finite number >= 1, got {self.backoff_factor!r}")
         self._rate_table("changefreq_per_day")
         self._rate_table("page_kind_per_day")
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"recrawl.scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
 
     # Lookup tables, not fields: a policy's fields are its config keys (udfs.config prints and reads them).
     @functools.cached_property
@@ -672,6 +682,8 @@ def next_due(history: UrlHistory, value: PageValue = NEUTRAL_VALUE, now: float =
     if history.last_fetch_at is None:
         return float(now) if _finite(now) else 0.0
     last = history.last_fetch_at
+    if policy.scheduler != "adaptive":
+        return last + baseline_interval(history, policy)
     rate = change_rate(history, value, host, policy)
     interval = interval_for(rate, value_weight(value, policy), policy, cost)
     if history.unchanged_streak >= policy.stable_after and history.observations:
@@ -685,6 +697,18 @@ def next_due(history: UrlHistory, value: PageValue = NEUTRAL_VALUE, now: float =
         forward = now + (1.0 - host.lastmod_accuracy) * max(due - now, 0.0)
         due = min(due, max(forward, earliest))
     return due
+
+
+def baseline_interval(history: UrlHistory, policy: RecrawlPolicy) -> float:
+    """The next interval of the benchmark's baseline schedulers (decision 1809), clamped to
+    [min_interval_s, max_interval_s]: "uniform" always budget_interval_s; "halve" the interval since
+    the previous fetch halved if that fetch saw a change, × 1.5 if not (budget_interval_s before a
+    second fetch)."""
+    interval = policy.budget_interval_s
+    if policy.scheduler == "halve" and history.observations:
+        last_interval, change = history.observations[-1]
+        interval = last_interval / 2 if change.changed else last_interval * 1.5
+    return min(max(interval, policy.min_interval_s), policy.max_interval_s)
 
 
 # --- front queues and the capacity split -------------------------------------------------------------

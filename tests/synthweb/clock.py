@@ -7,14 +7,15 @@ from collections.abc import Callable
 
 
 class SimClock:
-    """Simulated seconds since the web's epoch: wall time since `start`, times `speed`."""
+    """Simulated seconds since the web's epoch: monotonic time since `origin` (default: now), times `speed`."""
 
-    def __init__(self, speed: float = 1.0, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, speed: float = 1.0, monotonic: Callable[[], float] = time.monotonic,
+                 origin: float | None = None) -> None:
         if speed <= 0:
             raise ValueError(f"speed must be positive, got {speed}")
         self.speed = speed
         self._monotonic = monotonic
-        self._start = monotonic()
+        self._start = monotonic() if origin is None else origin
 
     def now(self) -> float:
         return (self._monotonic() - self._start) * self.speed
@@ -49,3 +50,10 @@ class ChangeTracker:
             nxt = last + rng.expovariate(rate)
         self._state[key] = (version, last, nxt, rng)
         return version, last
+
+    def next_change(self, key: str, rate: float, t: float) -> float:
+        """Simulated time of the first change after `t` (infinity for a page that never changes)."""
+        if rate <= 0:
+            return float("inf")
+        self.version(key, rate, t)
+        return self._state[key][2]

@@ -109,6 +109,9 @@ class WebPolicy:
     redirect_chain_length: int = 8
     deep_trap_fanout: int = 2
     clock_speed: float = 1.0                 # simulated seconds per wall second
+    # time.monotonic() of simulated time 0 (one clock for every process on Linux), so a benchmark can
+    # tell which version each request got; None: when the server starts
+    clock_origin: float | None = None
     changing_rate: float = 1 / 60.0          # changes per simulated second on CHANGING hosts
     normal_rates: tuple[tuple[float, float], ...] = (  # (share of pages, changes per simulated day)
         (0.30, 0.0), (0.23, 1.0), (0.17, 1 / 7), (0.30, 1 / 30))

@@ -113,7 +113,7 @@ class Router:
         self.web = web
         self.corpus = corpus
         self.port = port
-        self.clock = clock or SimClock(web.policy.clock_speed)
+        self.clock = clock or SimClock(web.policy.clock_speed, origin=web.policy.clock_origin)
         self.changes = ChangeTracker()
         self.pages: ByteBoundedCache[Rendered] = ByteBoundedCache(cache_bytes, Rendered.size)
         self._counters: dict[str, int] = {}

@@ -388,3 +388,30 @@ def test_freshness_benchmark_gives_every_policy_the_same_budget() -> None:
 
 def test_default_policy_matches_the_issue() -> None:
     assert (P.min_interval_s, P.max_interval_s, P.recrawl_share, P.tiers) == (3_600.0, 60 * DAY, 0.6, 10)
+
+
+# --- the freshness benchmark's baseline schedulers (decision 1809) ---------------------------------
+
+def _baseline(scheduler: str) -> RecrawlPolicy:
+    return RecrawlPolicy(min_interval_s=10.0, max_interval_s=1000.0, budget_interval_s=100.0, scheduler=scheduler)
+
+
+def test_uniform_schedules_every_page_after_the_budget_interval_whatever_it_saw():
+    policy = _baseline("uniform")
+    changed = UrlHistory(last_fetch_at=50.0, observations=((400.0, Change.CHANGED),))
+    stable = UrlHistory(last_fetch_at=50.0, unchanged_streak=5, observations=((400.0, Change.NOT_MODIFIED),))
+    assert rc.next_due(changed, now=50.0, policy=policy) == rc.next_due(stable, now=50.0, policy=policy) == 150.0
+
+
+def test_halve_halves_after_a_change_and_stretches_by_half_otherwise_within_bounds():
+    policy = _baseline("halve")
+    assert rc.next_due(UrlHistory(last_fetch_at=0.0), now=0.0, policy=policy) == 100.0   # first refetch: the budget
+    assert rc.next_due(UrlHistory(last_fetch_at=0.0, observations=((60.0, Change.CHANGED),)), policy=policy) == 30.0
+    assert rc.next_due(UrlHistory(last_fetch_at=0.0, observations=((60.0, Change.SAME_HASH),)), policy=policy) == 90.0
+    assert rc.next_due(UrlHistory(last_fetch_at=0.0, observations=((12.0, Change.CHANGED),)), policy=policy) == 10.0
+    assert rc.next_due(UrlHistory(last_fetch_at=0.0, observations=((900.0, Change.NOT_MODIFIED),)), policy=policy) == 1000.0
+
+
+def test_an_unknown_scheduler_is_refused_with_the_choices():
+    with pytest.raises(ValueError, match="adaptive, uniform, halve"):
+        RecrawlPolicy(scheduler="random")
