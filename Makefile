@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-unit test-integration demo bench bench-udfs bench-crawl bench-state clean
+.PHONY: install test test-unit test-integration demo bench bench-udfs bench-crawl bench-state bench-freshness clean
 
 install: $(STAMP)
 
@@ -35,6 +35,11 @@ bench-udfs: install
 # The whole crawler against Scrapy on the same synthetic web (15-20 minutes; see BENCHMARKS.md).
 bench-crawl: install
 	$(PY) -m bench.crawl_bench --hosts 5000 --seconds 300 --write
+
+# Recrawl freshness of the crawl job on the synthetic web with an accelerated clock: ours vs uniform vs
+# halve/x1.5 (about 25 minutes; issue #6, decision 1809).
+bench-freshness: install
+	$(PY) -m bench.freshness_web --write
 
 # Bytes of frontier state per known URL, from real RocksDB checkpoints.
 bench-state: install

@@ -20,9 +20,11 @@ import argparse
 import dataclasses
 import datetime
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -273,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=d.out)
     p.add_argument("--write", action="store_true", help="replace the section in BENCHMARKS.md")
     a = p.parse_args(argv)
+    if os.environ.get("CRAWLER_IN_NETNS") != "1":  # re-run ourselves with loopback as the only network
+        script = str(ROOT / "scripts" / "in-netns.sh")
+        os.execv(script, [script, sys.executable, "-m", "bench.freshness_web",
+                          *(argv if argv is not None else sys.argv[1:])])
     spec = Spec(a.hosts, a.pages, a.gap, a.speed, a.seconds, a.warmup, a.seed, tuple(a.scheduler or SCHEDULERS), a.out)
     result = run(spec)
     section = markdown(result)
