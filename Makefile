@@ -37,7 +37,7 @@ bench-crawl: install
 	$(PY) -m bench.crawl_bench --hosts 5000 --seconds 300 --write
 
 # Recrawl freshness of the crawl job on the synthetic web with an accelerated clock: ours vs uniform vs
-# halve/x1.5 (about 25 minutes; issue #6, decision 1809).
+# halve/x1.5 (about 30 minutes; issue #6, decisions 1809-1810).
 bench-freshness: install
 	$(PY) -m bench.freshness_web --write
 

@@ -1,7 +1,7 @@
 """Freshness on the synthetic web: the real crawl job, an accelerated clock, three schedulers (issue #6).
 
-The synthetic web runs its clock `--speed` times faster than the wall (default 2,880: a simulated day
-is 30 s), and its pages change as Poisson processes with known rates (`tests/synthweb/clock.py`). The
+The synthetic web runs its clock `--speed` times faster than the wall (default 5,760: a simulated day
+is 15 s), and its pages change as Poisson processes with known rates (`tests/synthweb/clock.py`). The
 whole crawl job runs against it on the local stack three times, once per `recrawl.scheduler`: ours
 ("adaptive"), "uniform" and "halve" (× 0.5 on change, × 1.5 otherwise). Every time setting of
 `[recrawl]` is divided by the speed, and every rate multiplied by it, so the crawler works in the web's
@@ -45,10 +45,10 @@ BEGIN, END = "<!-- bench.freshness_web:begin -->", "<!-- bench.freshness_web:end
 class Spec:
     hosts: int = 40
     pages: int = 12
-    gap_s: float = 5.0
-    speed: float = 2880.0
-    seconds: float = 420.0
-    warmup_s: float = 150.0
+    gap_s: float = 2.5
+    speed: float = 5760.0
+    seconds: float = 540.0
+    warmup_s: float = 240.0
     seed: int = 3
     schedulers: tuple[str, ...] = SCHEDULERS
     out: Path = ROOT / "bench" / "out" / "freshness-web"

@@ -489,12 +489,19 @@ class HostSignals:
     rate_samples: how many estimates it averages, capped at `_HOST_MEMORY`;
     lastmod_hits / lastmod_misses: decayed counts of sitemap lastmod claims that refetches confirmed
     or contradicted.
+    cost: the host's refresh cost μ (seconds; None = the policy's base), steered so that what its
+    schedule asks for fits its share of the budget (decision 1810); demand: Σ 1/interval over its
+    scheduled pages (fetches per second), pages: how many terms that sum has, steered_at: when μ last moved.
     """
 
     mean_log_rate: float | None = None
     rate_samples: float = 0.0
     lastmod_hits: float = 0.0
     lastmod_misses: float = 0.0
+    cost: float | None = None
+    demand: float = 0.0
+    pages: int = 0
+    steered_at: float = 0.0
 
     @property
     def mean_rate(self) -> float | None:
@@ -526,21 +533,45 @@ class HostSignals:
             misses += 1.0
         return replace(self, lastmod_hits=hits, lastmod_misses=misses)
 
+    def scheduled(self, old_interval: float | None, new_interval: float) -> HostSignals:
+        """The demand after one page's schedule changed from `old_interval` (None: it had none) to `new_interval`."""
+        demand, pages = self.demand, self.pages
+        if old_interval is not None and _finite(old_interval) and old_interval > 0:
+            demand -= 1.0 / old_interval
+        else:
+            pages += 1
+        if _finite(new_interval) and new_interval > 0:
+            demand += 1.0 / new_interval
+        return replace(self, demand=max(demand, 0.0), pages=pages)
+
+    def steered(self, now: float, gap_s: float, policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> HostSignals:
+        """μ moved once per `budget_interval_s` towards a schedule that asks for the host's share of the
+        budget: its pages ÷ budget_interval_s (the uniform share), at most one fetch per politeness gap
+        (`refresh_cost`: demand ÷ capacity, by ×0.5 to ×2 a step; decision 1810)."""
+        if self.pages == 0 or now - self.steered_at < policy.budget_interval_s:
+            return self
+        capacity = self.pages / policy.budget_interval_s
+        if _finite(gap_s) and gap_s > 0:
+            capacity = min(capacity, 1.0 / gap_s)
+        return replace(self, cost=refresh_cost(policy, self.demand, capacity, self.cost), steered_at=now)
+
     def to_row(self) -> list[Any]:
-        """`[v, mean_log_rate, rate_samples, lastmod_hits, lastmod_misses]`."""
-        return [HISTORY_VERSION, self.mean_log_rate, self.rate_samples, self.lastmod_hits, self.lastmod_misses]
+        """`[v, mean_log_rate, rate_samples, lastmod_hits, lastmod_misses, cost, demand, pages, steered_at]`."""
+        return [HISTORY_VERSION, self.mean_log_rate, self.rate_samples, self.lastmod_hits, self.lastmod_misses,
+                self.cost, self.demand, self.pages, self.steered_at]
 
     @staticmethod
     def from_row(row: Any) -> HostSignals:
         """Read a `to_row` row; short rows and malformed values read as defaults; an unknown version raises ValueError."""
         if not isinstance(row, (list, tuple)) or not row or row[0] != HISTORY_VERSION:
             raise ValueError(f"unsupported recrawl host row {row!r:.80}")
-        mean, samples, hits, misses = (list(row[1:5]) + [None] * 4)[:4]
+        mean, samples, hits, misses, cost, demand, pages, steered_at = (list(row[1:9]) + [None] * 8)[:8]
 
         def count(v: Any) -> float:
             return float(v) if _finite(v) and v >= 0 else 0.0
         return HostSignals(float(mean) if _finite(mean) else None, min(count(samples), _HOST_MEMORY),
-                           count(hits), count(misses))
+                           count(hits), count(misses), float(cost) if _finite(cost) and cost > 0 else None,
+                           count(demand), int(count(pages)), count(steered_at))
 
 
 _HOST_MEMORY = 100.0

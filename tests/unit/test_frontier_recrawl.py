@@ -154,6 +154,20 @@ def test_a_fetched_url_comes_due_at_next_due_and_is_released_again_with_validato
     assert h.counts["recrawl_scheduled"] == 1 and h.counts["recrawl_due"] == 1 and h.counts["recrawl_released"] == 1
 
 
+def test_the_host_tracks_what_its_schedule_asks_for_one_term_per_page():
+    h = Harness()
+    (page,) = h.first_fetch("/a")
+    h.complete(page)
+    first = h.record("/a")
+    signals = h.state.signals
+    assert signals.pages == 1 and signals.demand == pytest.approx(1.0 / (first.due - first.history.last_fetch_at))
+    (again,) = h.pages(first.due - h.now + fl.FrontierPolicy().due_bucket_s + 2.0)
+    h.complete(again)
+    second = h.record("/a")
+    signals = h.state.signals
+    assert signals.pages == 1 and signals.demand == pytest.approx(1.0 / (second.due - second.history.last_fetch_at))
+
+
 def test_stable_pages_back_off_to_longer_intervals():
     h = Harness()
     (page,) = h.first_fetch("/a")

@@ -415,3 +415,34 @@ def test_halve_halves_after_a_change_and_stretches_by_half_otherwise_within_boun
 def test_an_unknown_scheduler_is_refused_with_the_choices():
     with pytest.raises(ValueError, match="adaptive, uniform, halve"):
         RecrawlPolicy(scheduler="random")
+
+
+# --- the refresh cost follows the host's share of the budget (decision 1810) -----------------------
+
+def test_the_demand_replaces_a_pages_old_interval_and_counts_a_new_page_once():
+    signals = HostSignals().scheduled(None, 100.0).scheduled(None, 50.0)
+    assert (signals.pages, signals.demand) == (2, pytest.approx(0.03))
+    signals = signals.scheduled(100.0, 25.0)
+    assert (signals.pages, signals.demand) == (2, pytest.approx(0.06))
+    assert HostSignals.from_row(signals.to_row()) == signals
+
+
+def test_mu_falls_when_the_schedule_asks_for_less_than_the_share_and_moves_once_per_budget_interval():
+    policy = RecrawlPolicy(min_interval_s=1.0, max_interval_s=10_000.0, budget_interval_s=100.0)
+    signals = HostSignals()
+    for _ in range(10):
+        signals = signals.scheduled(None, 1_000.0)     # 10 pages at 1,000 s: 0.01/s against a share of 0.1/s
+    steered = signals.steered(now=1_000.0, gap_s=1.0, policy=policy)
+    assert steered.cost == pytest.approx(rc.refresh_cost(policy) * 0.5) and steered.steered_at == 1_000.0
+    assert steered.steered(now=1_050.0, gap_s=1.0, policy=policy) == steered   # not again within the interval
+    shorter = rc.next_due(UrlHistory(last_fetch_at=0.0), policy=policy, cost=steered.cost)
+    assert shorter < rc.next_due(UrlHistory(last_fetch_at=0.0), policy=policy)
+
+
+def test_mu_rises_when_the_schedule_asks_for_more_than_the_politeness_gap_allows():
+    policy = RecrawlPolicy(min_interval_s=1.0, max_interval_s=10_000.0, budget_interval_s=100.0)
+    signals = HostSignals()
+    for _ in range(10):
+        signals = signals.scheduled(None, 10.0)        # 1/s, but one fetch per 5 s is all the host allows
+    steered = signals.steered(now=1_000.0, gap_s=5.0, policy=policy)
+    assert steered.cost == pytest.approx(rc.refresh_cost(policy) * 2.0)
