@@ -534,9 +534,13 @@ class HostSignals:
         return replace(self, lastmod_hits=hits, lastmod_misses=misses)
 
     def scheduled(self, old_interval: float | None, new_interval: float) -> HostSignals:
-        """The demand after one page's schedule changed from `old_interval` (None: it had none) to `new_interval`."""
+        """The demand after one page's schedule changed from `old_interval` (None: it had none) to `new_interval`.
+
+        An old term larger than the whole sum was never counted (a page scheduled before the row had
+        these fields, i.e. before an upgrade): the page is counted as new rather than subtracted."""
         demand, pages = self.demand, self.pages
-        if old_interval is not None and _finite(old_interval) and old_interval > 0:
+        if (old_interval is not None and _finite(old_interval) and old_interval > 0 and pages > 0
+                and 1.0 / old_interval <= demand * (1.0 + 1e-9)):
             demand -= 1.0 / old_interval
         else:
             pages += 1

@@ -427,6 +427,13 @@ def test_the_demand_replaces_a_pages_old_interval_and_counts_a_new_page_once():
     assert HostSignals.from_row(signals.to_row()) == signals
 
 
+def test_a_page_scheduled_before_the_demand_was_kept_counts_as_new_after_an_upgrade():
+    upgraded = HostSignals.from_row([rc.HISTORY_VERSION, None, 0.0, 0.0, 0.0])   # a row from before decision 1810
+    signals = upgraded.scheduled(10.0, 50.0).scheduled(10.0, 25.0)   # 1/10 is more than the sum: never counted
+    assert (signals.pages, signals.demand) == (2, pytest.approx(0.06))
+    assert signals.scheduled(50.0, 40.0).pages == 2          # a counted term is replaced
+
+
 def test_mu_falls_when_the_schedule_asks_for_less_than_the_share_and_moves_once_per_budget_interval():
     policy = RecrawlPolicy(min_interval_s=1.0, max_interval_s=10_000.0, budget_interval_s=100.0)
     signals = HostSignals()
