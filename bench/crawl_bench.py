@@ -25,7 +25,6 @@ import datetime
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import statistics
@@ -37,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.sections import replace_between
 from udfs.soft404 import PROBE_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -410,9 +410,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
 
 def replace_section(text: str, section: str) -> str:
     """`text` with the part between the markers replaced by `section` (appended when absent)."""
-    if BEGIN not in text or END not in text:
-        return text.rstrip("\n") + "\n\n## Crawl benchmark: ours vs Scrapy (`bench/crawl_bench.py`)\n\n" + section + "\n"
-    return re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
+    return replace_between(text, section, BEGIN, END, "## Crawl benchmark: ours vs Scrapy (`bench/crawl_bench.py`)")
 
 
 # --- measuring: /proc, Flink REST, Kafka ---------------------------------------------------------------

@@ -21,7 +21,6 @@ import dataclasses
 import datetime
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from bench.sections import replace_between
 
 ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / ".cache" / "bench-stack"
@@ -140,9 +141,9 @@ def markdown(result: Mapping[str, Any]) -> str:
 
 
 def replace_section(text: str, section: str) -> str:
-    if BEGIN not in text or END not in text:
-        return text.rstrip("\n") + "\n\n" + section + "\n"
-    return re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: section, text, flags=re.S)
+    """`text` with this benchmark's section replaced (appended when absent)."""
+    return replace_between(text, section, BEGIN, END,
+                           "## Recrawl freshness of the running job (`make bench-freshness`, `bench/freshness_web.py`)")
 
 
 # --- running ---------------------------------------------------------------------------------------
