@@ -585,10 +585,10 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     depth = request.get("depth", 0) + 1
     hops = request.get("redirect_hops", 0) + 1   # for redirect targets: the frontier caps chains
     found: list[tuple[str, str, int, str | None]] = []   # (url, source, priority, written form)
-    redirect = redirect_target(response_url(result), result["http_status"], result["headers"])
+    final_url = response_url(result)
+    redirect = redirect_target(final_url, result["http_status"], result["headers"])
     if redirect is not None:
-        found.append((redirect, "redirect", PRIORITY_REDIRECT,
-                      redirect_written(response_url(result), result["headers"], redirect)))
+        found.append((redirect, "redirect", PRIORITY_REDIRECT, redirect_written(final_url, result["headers"], redirect)))
     if page is not None and not is_alias(bundle) and not is_soft_404_page(bundle):
         written = page.get("written", {})
         if page["refresh"]:

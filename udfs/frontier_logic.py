@@ -1101,8 +1101,8 @@ def recrawl_record(state: HostState, previous: UrlRecord | None, item: QueueItem
         signals = signals.with_rate(change_rate(history, value, signals, recrawl))
     due = next_due(history, value, now, recrawl, signals, signals.cost)
     if recrawl.scheduler == "adaptive":   # the refresh cost follows the host's share of the budget (decision 1810)
-        old = previous.history.last_fetch_at if previous is not None and previous.history is not None else None
-        old_interval = previous.due - old if old is not None and previous.due is not None else None
+        last_fetch = previous.history.last_fetch_at if previous is not None and previous.history is not None else None
+        old_interval = previous.due - last_fetch if last_fetch is not None and previous.due is not None else None
         signals = signals.scheduled(old_interval, due - now).steered(now, state.next_allowed_at - now, recrawl)
     capture = coerce_capture(event.get("capture"))
     if capture is None and previous is not None:
