@@ -35,6 +35,7 @@ from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescriptor
 from pyflink.table.expressions import col
 
+from operators.census import CENSUS_TAG, attach_census
 from operators.fetch import fetch_stage
 from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
 from operators.modes import set_python_mode
@@ -153,12 +154,15 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     frontier = FrontierFunction(config.frontier, config.politeness, config.robots, config.traps, config.fetch,
                                 config.bloom, config.recrawl, config.host_quality, optout=config.optout,
                                 soft404=soft404,
-                                budgets=config.budgets if config.budgets.enabled else None)
+                                budgets=config.budgets if config.budgets.enabled else None,
+                                census=config.budgets.enabled and config.budgets.domain_shares)
     events = (decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
               .union(outcomes.flat_map(_frontier_events, output_type=EVENT_TYPE)
                      .uid("valid-outcomes").name("valid outcomes")))
     requests = attach_frontier(events.key_by(lambda event: event["host"], key_type=Types.STRING()),
                                broadcast_controls(valid_controls), frontier, EVENT_TYPE)
+    # Each host's share of its domain's budget (decision 1811): the census answers on crawl.outcomes.
+    census = [attach_census(requests.get_side_output(CENSUS_TAG), TRIPLE_TYPE)] if frontier.census else []
 
     # Host names sharing a server share its budget: the fetcher is keyed by server address and
     # holds each address's limit itself (decision 1612).
@@ -171,7 +175,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                           writer_slot_group=job.writer_slot_group, parse_slot_group=job.parse_slot_group)
     set_python_mode(env, "thread")
 
-    sinks.emit(env, fetched.union(rejects))
+    sinks.emit(env, fetched.union(rejects, *census))
 
 
 def control_stream(env: StreamExecutionEnvironment, sources: Sources) -> DataStream:

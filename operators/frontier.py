@@ -28,11 +28,13 @@ from pyflink.datastream import BroadcastStream, DataStream, KeyedStream, Runtime
 from pyflink.datastream.functions import KeyedBroadcastProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
+from operators.census import CENSUS_TAG
 from operators.levels import Levels
 from operators.resolver import load_pins
 from udfs import frontier_logic as fl
 from udfs.bloom import DEFAULT_BLOOM_POLICY, BloomPolicy, SeenFilter
 from udfs.budgets import BudgetPolicy
+from udfs.census import host_seen
 from udfs.host_quality import DEFAULT_QUALITY_POLICY, QualityPolicy, priority_offset
 from udfs.host_quality import observe as observe_quality
 from udfs.control_state import ControlTable, HostControls
@@ -68,6 +70,8 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     # decision 1803: soft-404 probes leased, hosts whose probe was answered 200 (their pages are
     # checked), and pages found to be the host's "not found" page
     "probe_leased", "probe_suspect", "soft_404",
+    # decision 1811: questions to the domain census, and its answers (a host's share of its domain's budget)
+    "census_asked", "domain_shares_heard",
 )
 # Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
@@ -103,6 +107,7 @@ class Effects:
     timer_delete_ms: int      # 0 = keep
     timer_register_ms: int    # 0 = none
     due_timers: tuple[int, ...] = ()  # due-bucket timers to register (Flink keeps one per key and time)
+    census: tuple[dict[str, Any], ...] = ()  # questions to the domain census (udfs.census.host_seen)
 
 
 class FrontierGauges:
@@ -162,7 +167,9 @@ class HostFrontier:
     With a `soft404` policy each host with a queue is probed next (a random page-like path, decision
     1803); while its probe answer is a 200 page, each released page carries it (`soft404_probe`) for
     the parse step to compare with. With `budgets`, admissions spend the host's URLs-per-round tokens
-    and page releases its pages-per-day tokens, both scaled by the host's importance (decision 1805).
+    and page releases its pages-per-day tokens, both scaled by the host's importance (decision 1805);
+    with `census` too, each host asks the domain census how many hosts its registrable domain has and
+    spends its share of the domain's budgets as well (decision 1811).
     """
 
     def __init__(self, host_row: ValueLike, robots_body: ValueLike, slots: MapLike, urls: MapLike,
@@ -177,7 +184,7 @@ class HostFrontier:
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
                  optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, tdmrep_body: ValueLike | None = None,
                  budget: ReleaseBudget | None = None, soft404: Soft404Policy | None = None,
-                 budgets: BudgetPolicy | None = None) -> None:
+                 budgets: BudgetPolicy | None = None, census: bool = False) -> None:
         if recrawl.tiers > fl.RECRAWL_TIERS:
             raise ValueError(f"recrawl.tiers must be at most {fl.RECRAWL_TIERS} (the frontier's recrawl queues), "
                              f"got {recrawl.tiers}")
@@ -188,6 +195,7 @@ class HostFrontier:
         self.budget = budget   # None: every ready host leases at once (no bound on leases out, decision 1618)
         self.soft404 = soft404  # None: no soft-404 probes, no checks (decision 1803)
         self.budgets = budgets  # None: no pages-per-day or URLs-per-round budget (decision 1805)
+        self.census = census and budgets is not None   # False: no domain shares (decision 1811)
         self._probe_paths = random.Random()
         self.quality = quality
         # 5 agents cost about 15 us per released page (RobotsRules caches each agent's group), against
@@ -234,6 +242,9 @@ class HostFrontier:
             state = self._tdmrep_result(host, state, event, now, controls)
         elif kind == "probe":
             state = self._probe_result(state, event, now, controls)
+        elif kind == "domain_hosts":
+            state = fl.on_domain_hosts(state, event["hosts"])
+            self.count("domain_shares_heard")
         else:
             self.count("events_malformed")
         return self._release(host, state, now, controls, before)
@@ -531,6 +542,11 @@ class HostFrontier:
         if self.budget is not None:
             for request in requests:
                 self.budget.leased(request["lease_id"], request["lease_deadline"])
+        census: tuple[dict[str, Any], ...] = ()
+        if self.census and fl.census_due(state, now, self.budgets):
+            state = fl.replace(state, census_at=now)
+            census = (host_seen(host),)
+            self.count("census_asked")
         wake = fl.wake_ms(state, now, self._tdmrep, self.soft404, self.budgets)
         if controls.halted and state.lease is None and state.queued:
             wake = fl.timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
@@ -551,7 +567,8 @@ class HostFrontier:
             state = fl.replace(state, gauge_epoch=self.epoch)
             self.gauges.account(host, before if counted else None, state)
         self._store(host, state, before)
-        return Effects(requests, old if old and old != wake else 0, wake if wake != old else 0, tuple(self._due_timers))
+        return Effects(requests, old if old and old != wake else 0, wake if wake != old else 0, tuple(self._due_timers),
+                       census)
 
     def _load(self, host: str) -> fl.HostState:
         """The host's row, parsed; the last row this run wrote for the host is reused while the stored
@@ -642,7 +659,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  bloom: BloomPolicy = DEFAULT_BLOOM_POLICY, recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY,
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
                  optout: OptOutPolicy | None = None, soft404: Soft404Policy | None = None,
-                 budgets: BudgetPolicy | None = None) -> None:
+                 budgets: BudgetPolicy | None = None, census: bool = False) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self.quality = quality
         # The job passes its `[optout]` section; a frontier built without one (test harnesses that
@@ -653,6 +670,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         # every fetch) leases no probes; the job passes its section when enabled (decision 1803).
         self.soft404 = soft404
         self.budgets = budgets   # likewise: the job passes `[budgets]` when enabled (decision 1805)
+        self.census = census     # and wires the domain census when its shares are on (decision 1811)
         self.bloom = bloom
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
         self.frontier: HostFrontier | None = None
@@ -699,7 +717,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                                      controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1,
                                      due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality,
                                      optout=self.optout, tdmrep_body=tdmrep_body, budget=budget,
-                                     soft404=self.soft404, budgets=self.budgets)
+                                     soft404=self.soft404, budgets=self.budgets, census=self.census)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         self._load_controls(ctx)
@@ -740,3 +758,5 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
             timers.register_processing_time_timer(bucket_ms)
         for request in effects.requests:
             yield fl.pin_ip(request, self.pins)
+        for question in effects.census:
+            yield CENSUS_TAG, question

@@ -57,7 +57,10 @@ class BudgetPolicy:
     """Budgets per host and per registrable domain (config section `[budgets]`); defaults documented here.
 
     enabled: the frontier spends each host's budgets (True; decision 1805 wires the host budgets into
-        the job; the domain shares wait for the census operator of decision 1800).
+        the job).
+    domain_shares: each host also spends its share of its registrable domain's budget, the count of
+        the domain's hosts coming from the job's domain census (True; decision 1811).
+    census_retry_s: a host that asked the census and heard nothing asks again after this long (600 s).
     host_pages_per_day: pages a host of importance 1 may have fetched per day (2,000; a host at the
         default 1 s delay could serve 86,400, so this is what caps a trap host, not politeness).
     host_urls_per_round: URLs a host of importance 1 may admit to its queue per round (500).
@@ -80,6 +83,8 @@ class BudgetPolicy:
     """
 
     enabled: bool = True
+    domain_shares: bool = True
+    census_retry_s: float = 600.0
     host_pages_per_day: float = 2_000.0
     host_urls_per_round: float = 500.0
     domain_pages_per_day: float = 10_000.0
@@ -98,9 +103,10 @@ class BudgetPolicy:
     quality_floor: float = 0.05
 
     def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError(f"budgets.enabled must be true or false, got {self.enabled!r}")
-        positive = ("host_pages_per_day", "host_urls_per_round", "domain_pages_per_day", "domain_urls_per_round",
+        for name in ("enabled", "domain_shares"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"budgets.{name} must be true or false, got {getattr(self, name)!r}")
+        positive = ("census_retry_s", "host_pages_per_day", "host_urls_per_round", "domain_pages_per_day", "domain_urls_per_round",
                     "round_s", "importance_min", "importance_max", "quality_floor")
         for name in positive:
             value = getattr(self, name)

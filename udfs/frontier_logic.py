@@ -52,7 +52,8 @@ from udfs.records import FetchRequest, FetchStatus
 from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, PageValue, RecrawlPolicy, UrlHistory,
                           change_rate, choose_tier, classify, next_due, observe, split, tier_of, tier_weights,
                           value_weight)
-from udfs.budgets import BudgetPolicy, BudgetRow, ImportanceSignals, admit_budget, admit_round, importance, next_page_at
+from udfs.budgets import (BudgetPolicy, BudgetRow, ImportanceSignals, Scope, admit_all, admit_budget, admit_round,
+                           importance, next_page_at)
 from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, probe_due
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
@@ -204,6 +205,7 @@ class Verdict(str, enum.Enum):
     REDIRECT_CHAIN = "dropped_redirect_chain"  # a redirect target more than max_redirect_hops along
     TAKEN_DOWN = "dropped_taken_down"          # under an operator takedown (crawl.control)
     ROUND_BUDGET = "dropped_round_budget"      # the host admitted its URLs for this round (decision 1805)
+    DOMAIN_ROUND_BUDGET = "dropped_domain_round_budget"   # its share of the domain's round is spent (1811)
 
 
 # One counter per trap rule's reason (udfs.traps.REASONS), e.g. `dropped_trap_calendar_out_of_window`.
@@ -378,6 +380,8 @@ class HostState:
     seeded: bool = False            # a seed URL of the host was admitted (raises its importance)
     min_depth: int | None = None    # the smallest depth of a URL it admitted (None = none yet)
     inlinks: tuple[int, ...] = ()   # CRC-32s of other hosts seen linking in, at most MAX_INLINK_HOSTS (decision 1806)
+    domain: BudgetRow | None = None  # the host's share of its domain's budget (None = the census has not answered; 1811)
+    census_at: float = 0.0          # when the host last asked the domain census (0 = never; decision 1811)
 
     @property
     def queued(self) -> int:
@@ -414,6 +418,9 @@ class HostState:
             "budget": None if self.budget is None else [self.budget.page_tokens, self.budget.url_tokens,
                                                         self.budget.at],
             "seeded": self.seeded, "min_depth": self.min_depth, "inlinks": list(self.inlinks),
+            "domain": None if self.domain is None else [self.domain.share, self.domain.page_tokens,
+                                                        self.domain.url_tokens, self.domain.at],
+            "census_at": self.census_at,
         }, separators=(",", ":"))
 
     @staticmethod
@@ -433,7 +440,7 @@ class HostState:
         lease = data["lease"]
         tdmrep_expires_at, tdmrep_found = data.get("tdmrep", (0.0, False))
         growth_since, growth_urls = data.get("growth", (0.0, 0))
-        probe, budget = data.get("probe"), data.get("budget")
+        probe, budget, domain = data.get("probe"), data.get("budget"), data.get("domain")
         return HostState(
             scheme=data["scheme"], robots=Robots(data["robots"]), robots_expires_at=data["robots_expires_at"],
             robots_failures=data["robots_failures"], robots_retry_at=data["robots_retry_at"],
@@ -455,6 +462,9 @@ class HostState:
             budget=None if budget is None else BudgetRow(page_tokens=budget[0], url_tokens=budget[1], at=budget[2]),
             seeded=data.get("seeded", False), min_depth=data.get("min_depth"),
             inlinks=tuple(data.get("inlinks", ())),
+            # rows before decision 1811 have no domain share yet: the host asks the census at its next event
+            domain=None if domain is None else BudgetRow(Scope.DOMAIN, domain[0], domain[1], domain[2], domain[3]),
+            census_at=data.get("census_at", 0.0),
         )
 
 
@@ -588,7 +598,9 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
     admitted URL updates the host's session summary and its growth window; a known URL keeps its
     recrawl history, and its validators and capture travel with it for a conditional GET. With
     `budgets`, a URL that would be queued spends a token of the host's URLs-per-round budget, or is
-    dropped as ROUND_BUDGET (seeds never are: an operator asked for them; decision 1805).
+    dropped as ROUND_BUDGET (seeds never are: an operator asked for them; decision 1805), and, once the
+    domain census has answered, a token of its share of the domain's, or is dropped as
+    DOMAIN_ROUND_BUDGET (decision 1811).
     """
     if record is not None and in_cycle(record, now, policy):
         return state, Admission(Verdict.REDIRECT_LOOP if source == "redirect" else Verdict.SEEN)
@@ -601,10 +613,18 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         return state, Admission(Verdict.QUEUE_FULL)
     changes: dict[str, Any] = {}
     if budgets is not None and source != "seed":
-        allowed, row = admit_round(state.budget or BudgetRow(), now, host_importance(state, budgets), budgets)
-        if not allowed:
-            return replace(state, budget=row), Admission(Verdict.ROUND_BUDGET)
-        changes["budget"] = row
+        weight = host_importance(state, budgets)
+        if state.domain is None:
+            allowed, row = admit_round(state.budget or BudgetRow(), now, weight, budgets)
+            if not allowed:
+                return replace(state, budget=row), Admission(Verdict.ROUND_BUDGET)
+            changes["budget"] = row
+        else:
+            verdict = admit_all(state.budget or BudgetRow(), state.domain, now, weight, "url", budgets)
+            if not verdict.allowed:
+                reason = Verdict.ROUND_BUDGET if verdict.denied == "budget_host_urls" else Verdict.DOMAIN_ROUND_BUDGET
+                return replace(state, budget=verdict.host, domain=verdict.domain), Admission(reason)
+            changes["budget"], changes["domain"] = verdict.host, verdict.domain
     if record is not None:  # a recrawl: send the validators for a conditional GET
         item = replace(item, etag=record.etag, last_modified=record.last_modified, capture=record.capture)
     # one replace() per admitted URL: it is the costliest step of admission (measured)
@@ -779,7 +799,7 @@ def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Pol
     with `tdmrep` on, tdmrep.json second, before any page (decision 1930); with a `soft404` policy,
     the soft-404 probe next, when `probe_due` (decision 1803); with `budgets`, no page before the host
     has a token of its pages-per-day budget (decision 1805; robots.txt, tdmrep.json and the probe
-    are not budgeted)."""
+    are not budgeted) and of its share of the domain's (decision 1811)."""
     if state.lease is not None:
         return Plan(Step.WAIT, state.lease.deadline)
     if state.queued == 0:
@@ -795,8 +815,10 @@ def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Pol
         return Plan(Step.FETCH_TDMREP)
     if soft404 is not None and probe_due(state.probe, now, soft404):
         return Plan(Step.FETCH_PROBE)
-    if budgets is not None and state.budget is not None:
-        allowed_at = next_page_at(state.budget, now, host_importance(state, budgets), budgets)
+    if budgets is not None and (state.budget is not None or state.domain is not None):
+        weight = host_importance(state, budgets)
+        allowed_at = max(next_page_at(row, now, weight, budgets) for row in (state.budget, state.domain)
+                         if row is not None)
         if allowed_at > now:
             return Plan(Step.WAIT, allowed_at)
     return Plan(Step.POP)
@@ -826,10 +848,28 @@ def note_inlink(state: HostState, host: str, from_host: Any) -> HostState:
 
 
 def spend_page(state: HostState, now: float, budgets: BudgetPolicy) -> HostState:
-    """Take one token of the host's pages-per-day budget as a page is released (plan() said POP, so
-    there is one)."""
-    _, row = admit_budget(state.budget or BudgetRow(), now, host_importance(state, budgets), budgets)
-    return replace(state, budget=row)
+    """Take one token of the host's pages-per-day budget, and of its domain share once the census has
+    answered, as a page is released (plan() said POP, so there is one in each)."""
+    weight = host_importance(state, budgets)
+    _, row = admit_budget(state.budget or BudgetRow(), now, weight, budgets)
+    if state.domain is None:
+        return replace(state, budget=row)
+    _, domain = admit_budget(state.domain, now, weight, budgets)
+    return replace(state, budget=row, domain=domain)
+
+
+def census_due(state: HostState, now: float, budgets: BudgetPolicy) -> bool:
+    """Whether the host asks the domain census now (decision 1811): it never has, or it asked
+    `census_retry_s` ago and has no answer yet (an answer lost, or a census restored without state)."""
+    if state.domain is not None:
+        return False
+    return state.census_at == 0.0 or now - state.census_at >= budgets.census_retry_s
+
+
+def on_domain_hosts(state: HostState, hosts: int) -> HostState:
+    """The census says the host's domain has `hosts` hosts: its share becomes 1 / hosts (tokens above
+    the new capacity are cut at the next refill; udfs.budgets.refill)."""
+    return replace(state, domain=(state.domain or BudgetRow(Scope.DOMAIN)).with_share(hosts))
 
 
 def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,

@@ -157,6 +157,16 @@ class IpDone(TypedDict):
     abandoned: NotRequired[bool]   # the crawler cut the fetch short: the gate keeps the address busy a little
 
 
+class DomainHosts(TypedDict):
+    """The domain census's answer to one frontier host (decision 1811, udfs.census): the host's
+    registrable domain has `hosts` hosts, so its share of the domain budget is 1 / hosts."""
+
+    v: int
+    type: Literal["domain_hosts"]
+    host: str
+    hosts: int
+
+
 class FetchRequest(TypedDict):
     host: str
     url: str
@@ -234,7 +244,7 @@ class ContractError(ValueError):
     """A record on a topic does not match its contract; the message says which field and why."""
 
 
-_FRONTIER_TYPES = {"discovered", "completion", "robots", "tdmrep", "probe", "ip_done"}
+_FRONTIER_TYPES = {"discovered", "completion", "robots", "tdmrep", "probe", "ip_done", "domain_hosts"}
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -274,6 +284,9 @@ def decode_frontier_event(raw: bytes | str) -> dict[str, Any]:
         raise ContractError("tdmrep event needs a lease_id and a body_b64 text")
     if kind == "probe" and not isinstance(event.get("lease_id"), str):
         raise ContractError("probe event needs a lease_id")
+    hosts = event.get("hosts")
+    if kind == "domain_hosts" and not (isinstance(hosts, int) and not isinstance(hosts, bool) and hosts >= 1):
+        raise ContractError(f"domain_hosts event needs a host count >= 1, got {hosts!r}")
     return event
 
 

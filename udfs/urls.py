@@ -326,9 +326,18 @@ def registrable_domain(host: str) -> str:
     """The registrable domain (eTLD+1, ICANN section of the Public Suffix List) of `host` (decision 0102).
 
     Uses tldextract's bundled suffix list, never the network. A port is ignored; IP addresses,
-    single-label hosts and bare public suffixes are their own registrable domain.
+    single-label hosts and bare public suffixes are their own registrable domain. A top-level label
+    the list does not know (`.test`, `.internal`) is a suffix by the list's default rule "*", so
+    `a.b.test` belongs to `b.test` (decision 1811).
     """
     return _registrable(host.lower())
+
+
+_IPV4 = re.compile(r"\d+(\.\d+){3}")
+
+
+def _is_ipv4(name: str) -> bool:
+    return _IPV4.fullmatch(name) is not None
 
 
 @functools.lru_cache(maxsize=65536)
@@ -340,6 +349,11 @@ def _registrable(host: str) -> str:
     if _extractor is None:
         _extractor = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
     parts = _extractor(name)
-    if not parts.suffix or not parts.domain:
+    if not parts.suffix:
+        labels = name.split(".")
+        if len(labels) < 3 or _is_ipv4(name):   # one or two labels: the name is its own domain
+            return name
+        return ".".join(labels[-2:])
+    if not parts.domain:
         return name
     return f"{parts.domain}.{parts.suffix}"

@@ -131,7 +131,7 @@ def _names(rng: random.Random, n_hosts: int, policy: WebPolicy) -> list[tuple[st
             continue
         site_no += 1
         site = f"s{site_no:0{width}d}.test"
-        size = rng.choice((2, 3)) if rng.random() < policy.multi_host_site_share else 1
+        size = rng.choice(policy.site_hosts) if rng.random() < policy.multi_host_site_share else 1
         for _ in range(min(size, n_hosts - len(out))):
             out.append((f"h{len(out) + 1:0{width}d}.{site}", site, False))
     return out

@@ -80,6 +80,7 @@ class WebPolicy:
     min_pages: int = 5
     max_pages: int = 50
     multi_host_site_share: float = 0.15      # sites with 2-3 hosts (www., blog., news.)
+    site_hosts: tuple[int, ...] = (2, 3)     # hosts of a multi-host site, one of these at random
     same_host_link_share: float = 0.80
     same_site_link_share: float = 0.03
     missing_host_link_share: float = 0.01    # links to hosts that do not exist
@@ -149,6 +150,8 @@ class WebPolicy:
             raise ValueError(f"ip_base {base} lies inside denied_net {denied}")
         if not self.robots_mix or any(w < 0 for _, w in self.robots_mix) or sum(w for _, w in self.robots_mix) <= 0:
             raise ValueError("robots_mix needs non-negative weights with a positive sum")
+        if not self.site_hosts or any(n < 1 for n in self.site_hosts):
+            raise ValueError(f"site_hosts must be host counts >= 1, got {self.site_hosts}")
         if any(d <= 0 for d in self.crawl_delays) or not self.crawl_delays:
             raise ValueError("crawl_delays must be positive seconds")
         if self.clock_speed <= 0:
@@ -258,7 +261,7 @@ def policy_from_dict(values: dict[str, object]) -> WebPolicy:
         v["behaviours"] = frozenset(Behaviour(b) for b in v["behaviours"])  # type: ignore[attr-defined]
     if "robots_mix" in v:
         v["robots_mix"] = tuple((RobotsVariant(n), float(w)) for n, w in v["robots_mix"])  # type: ignore[attr-defined]
-    for name in ("crawl_delays",):
+    for name in ("crawl_delays", "site_hosts"):
         if name in v:
             v[name] = tuple(v[name])  # type: ignore[call-overload]
     if "normal_rates" in v:

@@ -3,6 +3,7 @@ each a token bucket of udfs.budgets scaled by the host's importance, in the stat
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -10,7 +11,7 @@ from tests.unit.test_frontier_logic_host import HOST, T0, Harness
 from udfs import frontier_logic as fl
 from udfs.budgets import DAY_S, BudgetPolicy
 from udfs.politeness import PolitenessPolicy
-from udfs.urls import url_fp
+from udfs.urls import registrable_domain, url_fp
 
 BUDGETS = BudgetPolicy(host_pages_per_day=3.0, host_urls_per_round=4.0, round_s=100.0)
 POLITENESS = PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.0)
@@ -122,3 +123,77 @@ def test_writers_say_which_host_the_links_were_found_on():
     from tests.unit.test_canonical import _bundle
     batches = discovered_batches(_bundle(None))
     assert batches and {b["from_host"] for b in batches} == {"shop.example.com"}
+
+
+# --- domain shares (decision 1811) ----------------------------------------------------------------
+
+DOMAIN = BudgetPolicy(host_pages_per_day=3.0, host_urls_per_round=4.0, domain_pages_per_day=4.0,
+                      domain_urls_per_round=6.0, round_s=100.0, census_retry_s=50.0)
+
+
+def test_a_host_spends_its_share_of_the_domain_round_once_the_census_has_answered():
+    state, got = fl.on_domain_hosts(fl.HostState(), 3), []
+    for n in range(4):
+        state, admission = fl.admit(state, _item(n), None, None, T0, budgets=DOMAIN)
+        got.append(admission.verdict)
+    # 6 URLs a round for 3 hosts: 2 each, before the host's own 4
+    assert got == [fl.Verdict.ADMITTED] * 2 + [fl.Verdict.DOMAIN_ROUND_BUDGET] * 2
+    assert state.budget.url_tokens == pytest.approx(2.0)     # a refused URL costs the host's own round nothing
+
+
+def test_pages_wait_for_the_domain_share_too():
+    state = fl.replace(fl.on_domain_hosts(fl.HostState(), 4), robots=fl.Robots.ALLOW_ALL, robots_expires_at=T0 + 10 * DAY_S)
+    state, _ = _admit_many(state, 1)
+    assert fl.plan(state, T0, budgets=DOMAIN).step is fl.Step.POP
+    state = fl.spend_page(state, T0, DOMAIN)                  # 4 pages a day for 4 hosts: 1 each
+    plan = fl.plan(state, T0 + 1.0, budgets=DOMAIN)
+    assert plan.step is fl.Step.WAIT and plan.at == pytest.approx(T0 + DAY_S, abs=1.0)
+    assert state.budget.page_tokens == pytest.approx(2.0, abs=0.01)
+
+
+def test_a_smaller_share_cuts_the_tokens_a_host_already_holds():
+    state, first = fl.admit(fl.on_domain_hosts(fl.HostState(), 1), _item(1), None, None, T0, budgets=DOMAIN)
+    assert state.domain.url_tokens == pytest.approx(5.0)     # the share row started full: 6 URLs
+    state = fl.on_domain_hosts(state, 6)                      # now 1 URL a round
+    state, second = fl.admit(state, _item(2), None, None, T0 + 1.0, budgets=DOMAIN)
+    state, third = fl.admit(state, _item(3), None, None, T0 + 1.0, budgets=DOMAIN)
+    assert [a.verdict for a in (first, second, third)] == [fl.Verdict.ADMITTED, fl.Verdict.ADMITTED,
+                                                           fl.Verdict.DOMAIN_ROUND_BUDGET]
+
+
+def test_the_host_row_keeps_the_domain_share_and_older_rows_ask_again():
+    state = fl.spend_page(fl.on_domain_hosts(fl.HostState(census_at=T0), 5), T0, DOMAIN)
+    row = state.to_row()
+    assert fl.HostState.from_row(row) == state and state.domain.share == pytest.approx(0.2)
+    old = json.loads(row)
+    del old["domain"], old["census_at"]
+    read = fl.HostState.from_row(json.dumps(old))
+    assert read.domain is None and fl.census_due(read, T0, DOMAIN)
+
+
+def test_a_host_asks_the_census_once_and_again_only_when_no_answer_came():
+    assert fl.census_due(fl.HostState(), T0, DOMAIN)
+    asked = fl.HostState(census_at=T0)
+    assert not fl.census_due(asked, T0 + 49.0, DOMAIN) and fl.census_due(asked, T0 + 50.0, DOMAIN)
+    assert not fl.census_due(fl.on_domain_hosts(asked, 2), T0 + 1e6, DOMAIN)
+
+
+def test_the_frontier_asks_the_census_for_a_new_host_and_spends_the_share_it_is_told():
+    h = Harness(politeness=POLITENESS, budgets=replace(DOMAIN, host_urls_per_round=40.0), census=True)
+    (robots,) = h.discover("/a", "/b")
+    assert [q for _, q in h.census] == [{"type": "host_seen", "host": HOST, "domain": registrable_domain(HOST)}]
+    h.discover("/c")                                          # asked already: no second question
+    assert len(h.census) == 1 and h.counts["census_asked"] == 1
+    h.event({"v": 1, "type": "domain_hosts", "host": HOST, "hosts": 3})
+    assert h.counts["domain_shares_heard"] == 1 and h.state.domain.share == pytest.approx(1 / 3)
+    h.discover(*(f"/d{n}" for n in range(4)))   # 6 / 3 × 0.84 (depth 1) = 1.7 URLs of the domain's round
+    assert h.counts["dropped_domain_round_budget"] == 3
+    h.now += 60.0
+    h.discover("/e")                                          # answered: never asks again
+    assert len(h.census) == 1
+
+
+def test_a_frontier_without_the_census_never_asks():
+    h = Harness(politeness=POLITENESS, budgets=DOMAIN)
+    h.discover("/a")
+    assert h.census == [] and h.state.domain is None

@@ -64,14 +64,16 @@ class Harness:
     def __init__(self, policy: fl.FrontierPolicy = fl.FrontierPolicy(max_queue=8, lease_timeout_s=30),
                  politeness: PolitenessPolicy = PolitenessPolicy(),
                  robots_policy: RobotsPolicy = RobotsPolicy(), controls: ControlTable | None = None,
-                 soft404: Soft404Policy | None = None, budgets: BudgetPolicy | None = None) -> None:
+                 soft404: Soft404Policy | None = None, budgets: BudgetPolicy | None = None,
+                 census: bool = False) -> None:
         self.host_row, self.body, self.slots, self.urls = Value(), Value(), Map(), Map()
         self.counts: collections.Counter[str] = collections.Counter()
         self.parses = 0
         self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, self._parse,
                                      policy, politeness, robots_policy, controls=controls, soft404=soft404,
-                                     budgets=budgets)
+                                     budgets=budgets, census=census)
         self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
+        self.census: list[tuple[float, dict]] = []   # questions to the domain census (decision 1811)
         self.now = T0
         self.timers: set[int] = set()
         self.sent: list[tuple[float, dict]] = []
@@ -94,6 +96,7 @@ class Harness:
         if effects.timer_register_ms:
             self.timers.add(effects.timer_register_ms)
         self.sent += [(self.now, r) for r in effects.requests]
+        self.census += [(self.now, q) for q in effects.census]
         state = self.state
         assert len(self.timers) <= 1 and (state.timer_ms == 0) == (not self.timers), "one timer per host"
         assert state.queued <= self.policy.max_queue and len(self.slots) == state.queued, "bounded queue"

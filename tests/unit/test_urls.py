@@ -203,6 +203,10 @@ def test_host_key_rejects_non_http_urls(url: str) -> None:
     ("[::1]:8080", "[::1]"),
     ("localhost", "localhost"),
     ("co.uk", "co.uk"),
+    ("h0001.s0001.test", "s0001.test"),        # an unknown TLD is a suffix (the list's rule "*")
+    ("s0001.test:8080", "s0001.test"),
+    ("a.b.c.internal", "c.internal"),
+    ("10.1.2.3", "10.1.2.3"),
 ])
 def test_registrable_domain(host: str, domain: str) -> None:
     assert registrable_domain(host) == domain
