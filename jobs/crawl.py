@@ -155,7 +155,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                                 config.bloom, config.recrawl, config.host_quality, optout=config.optout,
                                 soft404=soft404,
                                 budgets=config.budgets if config.budgets.enabled else None,
-                                census=config.budgets.enabled and config.budgets.domain_shares)
+                                census=config.budgets.enabled and config.budgets.domain_shares,
+                                sitemaps=config.sitemaps if config.sitemaps.follow else None)
     events = (decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
               .union(outcomes.flat_map(_frontier_events, output_type=EVENT_TYPE)
                      .uid("valid-outcomes").name("valid outcomes")))
@@ -172,7 +173,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                           fetch_parallelism=job.fetch_parallelism, dedup=config.dedup,
                           discovery=config.discovery, optout=config.optout, gate=config.ipgate,
                           soft404=soft404,
-                          writer_slot_group=job.writer_slot_group, parse_slot_group=job.parse_slot_group)
+                          writer_slot_group=job.writer_slot_group, parse_slot_group=job.parse_slot_group,
+                          sitemaps=config.sitemaps)
     set_python_mode(env, "thread")
 
     sinks.emit(env, fetched.union(rejects, *census))

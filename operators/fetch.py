@@ -53,6 +53,7 @@ from udfs.netguard import FetchPolicy
 from udfs.records import FetchRequest, FetchResult, FetchStatus
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy
+from udfs.sitemaps import DEFAULT_SITEMAP_POLICY, SitemapPolicy
 from udfs.soft404 import Soft404Policy
 from udfs.storage import StoragePolicy
 from udfs.warc import WarcPolicy
@@ -501,7 +502,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY,
                 writer_slot_group: str = "",
                 soft404: Soft404Policy | None = None,
-                parse_slot_group: str = "") -> DataStream:
+                parse_slot_group: str = "",
+                sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
     The graph of §1 from fetch to the two sinks: fetch → robots, tdmrep and soft-404 probe results
@@ -511,7 +513,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     operator needs the `process` execution mode to be in force when this is called (ARCHITECTURE.md
     §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
     the job-level mode they need, is in force on return. With a `soft404` policy, parse compares each
-    page that carries its host's probe answer with it (decision 1803); None: no checks.
+    page that carries its host's probe answer with it (decision 1803); None: no checks. `sitemaps`
+    limits how parse reads the answers of sitemap leases (decision 1812).
     """
     # A new uid with decision 1612: the async operator it replaces ("fetch") and the IP gate before it
     # ("ip-gate") are gone, so a savepoint from before restores with --allowNonRestoredState.
@@ -526,7 +529,7 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                                else tdmrep_outputs(r, max_tdmrep) if is_tdmrep(r)
                                else probe_outputs(r, extract_policy) if is_probe(r) else [],
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
-    pages = (fetched.flat_map(ParseFunction(extract_policy, optout, soft404), output_type=FETCH_RESULT_TYPE)
+    pages = (fetched.flat_map(ParseFunction(extract_policy, optout, soft404, sitemaps), output_type=FETCH_RESULT_TYPE)
              .uid("parse").name("parse"))
     if parse_slot_group:
         pages = pages.slot_sharing_group(parse_slot_group)   # its own Python worker (decision 1808)

@@ -46,6 +46,7 @@ from udfs.release_budget import ReleaseBudget
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
 from udfs.robots_cache import RulesByBody
+from udfs.sitemaps import SitemapPolicy
 from udfs.soft404 import Soft404Policy, is_suspect, probe_url
 from udfs.traps import DEFAULT_TRAP_POLICY, TrapPolicy
 from udfs.urls import host_key, url_fp
@@ -72,6 +73,11 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "probe_leased", "probe_suspect", "soft_404",
     # decision 1811: questions to the domain census, and its answers (a host's share of its domain's budget)
     "census_asked", "domain_shares_heard",
+    # decision 1812: sitemaps a robots.txt listed that were offered to the host's queue, and those skipped
+    # (on another host, malformed, or past sitemaps.max_per_host)
+    "sitemaps_listed", "sitemaps_skipped",
+    # decision 1812: fetched pages whose sitemap lastmod brought their recrawl forward
+    "sitemap_lastmod_forward",
 )
 # Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
@@ -184,7 +190,8 @@ class HostFrontier:
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
                  optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, tdmrep_body: ValueLike | None = None,
                  budget: ReleaseBudget | None = None, soft404: Soft404Policy | None = None,
-                 budgets: BudgetPolicy | None = None, census: bool = False) -> None:
+                 budgets: BudgetPolicy | None = None, census: bool = False,
+                 sitemaps: SitemapPolicy | None = None) -> None:
         if recrawl.tiers > fl.RECRAWL_TIERS:
             raise ValueError(f"recrawl.tiers must be at most {fl.RECRAWL_TIERS} (the frontier's recrawl queues), "
                              f"got {recrawl.tiers}")
@@ -196,6 +203,7 @@ class HostFrontier:
         self.soft404 = soft404  # None: no soft-404 probes, no checks (decision 1803)
         self.budgets = budgets  # None: no pages-per-day or URLs-per-round budget (decision 1805)
         self.census = census and budgets is not None   # False: no domain shares (decision 1811)
+        self.sitemaps = sitemaps   # None: robots.txt Sitemap: lines are not followed (decision 1812)
         self._probe_paths = random.Random()
         self.quality = quality
         # 5 agents cost about 15 us per released page (RobotsRules caches each agent's group), against
@@ -343,6 +351,8 @@ class HostFrontier:
             # "maybe") comes before the trap rules, which then judge only URLs that could be admitted.
             record = self._record_of(key, item.fp)
             if record is not None and fl.in_cycle(record, now, self.policy):
+                if source == "sitemap" and self.due is not None:
+                    self._sitemap_listed(key, item, record, raw, state, now)
                 self.count((fl.Verdict.REDIRECT_LOOP if source == "redirect" else fl.Verdict.SEEN).value)
                 continue
             dropped = fl.screen(state, item, source, now, self.traps, self.policy)
@@ -361,10 +371,28 @@ class HostFrontier:
                 self.count("hosts_fast_growing")
             if admission.verdict is fl.Verdict.ADMITTED:
                 self.slots.put(admission.slot, admission.item.to_row())
-                self.urls.put(key, admission.record.to_row())
+                new_record = admission.record
+                if source == "sitemap":
+                    priority, changefreq = fl.sitemap_hints(raw)
+                    new_record = fl.replace(new_record, sitemap_priority=priority, changefreq=changefreq)
+                self.urls.put(key, new_record.to_row())
                 if self.seen is not None:
                     self.seen.add(item.fp)
         return state
+
+    def _sitemap_listed(self, key: int, item: fl.QueueItem, record: fl.UrlRecord, raw: dict[str, Any],
+                        state: fl.HostState, now: float) -> None:
+        """A sitemap lists a known URL: keep the priority and changefreq it gives (decision 1813), and
+        when its lastmod says a fetched page changed since, bring the recrawl forward (decision 1812)."""
+        priority, changefreq = fl.sitemap_hints(raw)
+        updated = fl.replace(record, sitemap_priority=priority, changefreq=changefreq)
+        due = fl.sitemap_due(record, raw.get("lastmod"), state, now, self.recrawl)
+        if due is not None:
+            updated = fl.replace(updated, due=due, lastmod_claim=True)
+            self._schedule(item.fp, item.url, due)
+            self.count("sitemap_lastmod_forward")
+        if updated != record:
+            self.urls.put(key, updated.to_row())
 
     def _load_seen(self, state: fl.HostState) -> fl.HostState:
         """Add the host's known URLs to this run's filter once (after a start, restore or rescale)."""
@@ -405,7 +433,22 @@ class HostFrontier:
             self._rules.pop(host, None)
             if rules is not None:
                 self._remember(host, state.robots_expires_at, rules)
+        if rules is not None and self.sitemaps is not None:
+            state = self._admit_sitemaps(host, state, rules, now, controls)
         return state
+
+    def _admit_sitemaps(self, host: str, state: fl.HostState, rules: fl.RulesLike, now: float,
+                        controls: HostControls) -> fl.HostState:
+        """Offer the host's own sitemaps its robots.txt lists to its queue, as any URL (decision 1812):
+        a sitemap already fetched this cycle is seen, and robots.txt judges it like a page."""
+        entries, skipped = fl.robots_sitemaps(host, rules.sitemaps, state.min_depth or 0, self.sitemaps.max_per_host)
+        for _ in range(skipped):
+            self.count("sitemaps_skipped")
+        if not entries:
+            return state
+        for _ in entries:
+            self.count("sitemaps_listed")
+        return self._admit_all(host, fl.replace(state, lists_sitemap=True), entries, now, controls)
 
     def _tdmrep_result(self, host: str, state: fl.HostState, event: dict[str, Any], now: float,
                        controls: HostControls) -> fl.HostState:
@@ -659,7 +702,8 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  bloom: BloomPolicy = DEFAULT_BLOOM_POLICY, recrawl: RecrawlPolicy = DEFAULT_RECRAWL_POLICY,
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
                  optout: OptOutPolicy | None = None, soft404: Soft404Policy | None = None,
-                 budgets: BudgetPolicy | None = None, census: bool = False) -> None:
+                 budgets: BudgetPolicy | None = None, census: bool = False,
+                 sitemaps: SitemapPolicy | None = None) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self.quality = quality
         # The job passes its `[optout]` section; a frontier built without one (test harnesses that
@@ -671,6 +715,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         self.soft404 = soft404
         self.budgets = budgets   # likewise: the job passes `[budgets]` when enabled (decision 1805)
         self.census = census     # and wires the domain census when its shares are on (decision 1811)
+        self.sitemaps = sitemaps  # and `[sitemaps]` when it follows them (decision 1812)
         self.bloom = bloom
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
         self.frontier: HostFrontier | None = None
@@ -717,7 +762,8 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                                      controls=self.controls, seen=seen, epoch=random.getrandbits(62) | 1,
                                      due=due, recrawl=self.recrawl, gauges=gauges, quality=self.quality,
                                      optout=self.optout, tdmrep_body=tdmrep_body, budget=budget,
-                                     soft404=self.soft404, budgets=self.budgets, census=self.census)
+                                     soft404=self.soft404, budgets=self.budgets, census=self.census,
+                                     sitemaps=self.sitemaps)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         self._load_controls(ctx)

@@ -17,13 +17,14 @@ from collections.abc import Iterator
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
 from udfs.dedup import DedupVerdict
-from udfs.fetch_status import is_complete_page, retry_after_seconds
+from udfs.fetch_status import header_value, is_complete_page, retry_after_seconds
 from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
 from udfs.records import (SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, PreflightResult, ProbeResult, RobotsResult,
                           TdmrepResult, b64, encode, response_url)
 from udfs.simhash import simhash
+from udfs.sitemaps import DEFAULT_SITEMAP_POLICY, SitemapPolicy, followable, parse_sitemap
 from udfs.soft404 import ProbeRow, Soft404Policy, is_soft_404
 
 
@@ -50,12 +51,22 @@ class PageFacts(TypedDict):
     written: NotRequired[dict[str, str]]
 
 
+class SitemapFacts(TypedDict):
+    """What the WARC writer sends on from a fetched sitemap (decision 1812; udfs.sitemaps.followable)."""
+
+    kind: str                                        # "urlset", "index", "text", "feed" or "unknown"
+    pages: list[tuple[str, int | None, float | None, str | None]]  # (normalised URL, lastmod, priority, changefreq)
+    sitemaps: list[str]                              # the sitemaps an index lists
+    skipped: int                                     # listed URLs not followed (other hosts, unparsable)
+
+
 class ParsedBundle(TypedDict):
     result: FetchResult
     content_hash: str | None       # "sha256:<hex>" of the stored payload; None without a response
     simhash: int | None            # of the main text, for 200 pages
     page: PageFacts | None         # None unless the result is a complete 200 page
     dedup: NotRequired[DedupVerdict]  # set by the dedup operators (operators/dedup.py) for the pages they see
+    sitemap: NotRequired[SitemapFacts]  # a sitemap lease's complete 200 answer, read as one (decision 1812)
 
 
 def content_hash(body: bytes) -> str:
@@ -64,15 +75,20 @@ def content_hash(body: bytes) -> str:
 
 
 def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
-                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, soft404: Soft404Policy | None = None) -> ParsedBundle:
+                 optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, soft404: Soft404Policy | None = None,
+                 sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> ParsedBundle:
     """Hash, SimHash, extract and judge the TDM opt-out of one page result (§1 parse; issue #9, decisions
     1202-1203); with a `soft404` policy, compare it with its host's probe answer when the request
     carries one (decision 1803). Never raises (extract reports errors as data, decide counts bad input
-    as no signal, a malformed probe row checks nothing)."""
+    as no signal, a malformed probe row checks nothing). A sitemap lease's answer is no page: it is
+    read as a sitemap (decision 1812), archived and never published."""
     has_response = result["http_status"] is not None
     bundle = ParsedBundle(result=result, content_hash=content_hash(result["body"]) if has_response else None,
                           simhash=None, page=None)
     if not is_complete_page(result):
+        return bundle
+    if result["request"].get("sitemap"):
+        bundle["sitemap"] = sitemap_facts(result, sitemaps)
         return bundle
     url = response_url(result)
     found = extract(url, result["headers"], result["body"], policy, meta_names=meta_names(optout))
@@ -94,6 +110,15 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
     if soft404 is not None and probe and _like_probe(probe, result, bundle["simhash"], found.title, soft404):
         bundle["page"]["soft_404"] = True
     return bundle
+
+
+def sitemap_facts(result: FetchResult, policy: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> SitemapFacts:
+    """The URLs a fetched sitemap lists that the crawler follows (udfs.sitemaps; decision 1812)."""
+    url = response_url(result)
+    listed = parse_sitemap(result["body"], url=url, content_type=header_value(result["headers"], "content-type"),
+                           policy=policy)
+    found = followable(url, listed)
+    return SitemapFacts(kind=listed.kind, pages=list(found.pages), sitemaps=list(found.sitemaps), skipped=found.skipped)
 
 
 def _like_probe(row: str, result: FetchResult, page_simhash: int, title: str | None, policy: Soft404Policy) -> bool:
@@ -181,8 +206,9 @@ class ParseFunction(FlatMapFunction):
     """
 
     def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
-                 soft404: Soft404Policy | None = None) -> None:
+                 soft404: Soft404Policy | None = None, sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> None:
         self._policy = policy
+        self._sitemaps = sitemaps
         self._optout = optout
         self._soft404 = soft404
         self._counters: dict[str, Any] = {}
@@ -191,7 +217,8 @@ class ParseFunction(FlatMapFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         group = runtime_context.get_metrics_group().add_group("parse")
         self._counters = {name: group.counter(name)
-                          for name in ("pages", "skipped", "errors", "links", "optout_reserved", "soft_404")}
+                          for name in ("pages", "skipped", "errors", "links", "optout_reserved", "soft_404",
+                                       "sitemaps", "sitemap_urls")}
         # Read once per bundle (PyFlink reads gauges at each bundle's end): one sort per read.
         group.gauge("latency_p50_us", functools.partial(self._percentile_us, 0.5))
         group.gauge("latency_p95_us", functools.partial(self._percentile_us, 0.95))
@@ -203,9 +230,12 @@ class ParseFunction(FlatMapFunction):
         if is_robots(value) or is_tdmrep(value) or is_probe(value):
             return
         parsing = time.perf_counter()
-        bundle = parse_result(value, self._policy, self._optout, self._soft404)
+        bundle = parse_result(value, self._policy, self._optout, self._soft404, self._sitemaps)
         page = bundle["page"]
-        if page is None:
+        if "sitemap" in bundle:
+            self._counters["sitemaps"].inc()
+            self._counters["sitemap_urls"].inc(len(bundle["sitemap"]["pages"]) + len(bundle["sitemap"]["sitemaps"]))
+        elif page is None:
             self._counters["skipped"].inc()
         else:
             self._latency.add(time.perf_counter() - parsing)

@@ -49,7 +49,7 @@ from operators.parse import ParsedBundle
 from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
 from udfs.canonical import HINT, CanonicalVerdict, judge_canonical
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, redirect_written, retry_after_seconds
-from udfs.records import (SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion, DiscoveredBatch,
+from udfs.records import (PRIORITY_SITEMAP, SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion, DiscoveredBatch,
                           FetchResult, FetchStatus, ParsedPage, UrlEntry, encode, response_url)
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
@@ -61,6 +61,7 @@ from udfs.warc import (CT_WARC_FIELDS, RevisitTarget, WarcBuilder, WarcPolicy, W
 # Discovered URL priorities (0 highest .. 9): a redirect target is the content the seed meant.
 PRIORITY_REDIRECT = 4
 PRIORITY_LINK = 5
+MAX_URLS_PER_BATCH = 1000   # URLs per discovered event: a 50,000-URL sitemap is 50 events of ~100 KB
 _ARCHIVED = frozenset({FetchStatus.OK.value, FetchStatus.TOO_LARGE.value, FetchStatus.TOO_SLOW.value,
                        FetchStatus.TIMEOUT.value, FetchStatus.CONN_ERROR.value})
 _SEQ_NAME = re.compile(r"^(\d+)\.warc\.gz$")
@@ -570,6 +571,13 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
     return record
 
 
+def sitemap_hints(lastmod: int | None, priority: float | None, changefreq: str | None) -> dict[str, Any] | None:
+    """What a sitemap says about a page it lists, as UrlEntry fields (only those it gave; decisions 1812, 1813)."""
+    hints = {name: value for name, value in (("lastmod", lastmod), ("sitemap_priority", priority),
+                                             ("changefreq", changefreq)) if value is not None}
+    return hints or None
+
+
 def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -> list[DiscoveredBatch]:
     """New URLs grouped by target host (one event per host): followable links, redirect and refresh targets.
 
@@ -579,27 +587,41 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     own site (an unverified hint) is sent like a link (decision 1804).
     With `recent`, a link this writer sent within its window is not sent again (decision 1607);
     redirect and refresh targets always are (the frontier caps their chains).
+    A sitemap (decision 1812) sends the pages it lists (with their lastmod, priority and changefreq)
+    and, for an index, the
+    sitemaps it lists, which are fetched as sitemaps at the index's depth, like a redirected sitemap's
+    target; an unchanged sitemap (an exact duplicate of its last capture) sends nothing new.
+    At most MAX_URLS_PER_BATCH URLs go in one event, so a 50,000-URL sitemap stays under Kafka's
+    default message size.
     """
     result, page = bundle["result"], bundle["page"]
     request = result["request"]
     depth = request.get("depth", 0) + 1
     hops = request.get("redirect_hops", 0) + 1   # for redirect targets: the frontier caps chains
-    found: list[tuple[str, str, int, str | None]] = []   # (url, source, priority, written form)
+    # (url, source, priority, written form, fields the entry adds or overrides)
+    found: list[tuple[str, str, int, str | None, dict[str, Any] | None]] = []
     final_url = response_url(result)
     redirect = redirect_target(final_url, result["http_status"], result["headers"])
+    as_sitemap = {"sitemap": True, "depth": depth - 1} if request.get("sitemap") is True else None
     if redirect is not None:
-        found.append((redirect, "redirect", PRIORITY_REDIRECT, redirect_written(final_url, result["headers"], redirect)))
+        found.append((redirect, "redirect", PRIORITY_REDIRECT, redirect_written(final_url, result["headers"], redirect),
+                      as_sitemap))
+    sitemap = bundle.get("sitemap")
+    if sitemap is not None and not is_alias(bundle):
+        found += [(url, "sitemap", PRIORITY_SITEMAP, None, as_sitemap) for url in sitemap["sitemaps"]]
+        found += [(url, "sitemap", PRIORITY_LINK, None, sitemap_hints(*hints)) for url, *hints in sitemap["pages"]]
     if page is not None and not is_alias(bundle) and not is_soft_404_page(bundle):
         written = page.get("written", {})
         if page["refresh"]:
-            found.append((page["refresh"], "redirect", PRIORITY_REDIRECT, None))
+            found.append((page["refresh"], "redirect", PRIORITY_REDIRECT, None, None))
         if not page["nofollow"]:
-            found += [(url, "link", PRIORITY_LINK, written.get(url)) for url, nofollow in page["links"] if not nofollow]
+            found += [(url, "link", PRIORITY_LINK, written.get(url), None) for url, nofollow in page["links"]
+                      if not nofollow]
         canonical = canonical_verdict(bundle)
-        if canonical is not None and canonical.trust == HINT:
-            found.append((canonical.url, "link", PRIORITY_LINK, None))   # crawled, so a broken one shows (decision 1804)
+        if canonical is not None and canonical.trust == HINT:   # crawled, so a broken one shows (decision 1804)
+            found.append((canonical.url, "link", PRIORITY_LINK, None, None))
     by_host: dict[str, dict[int, UrlEntry]] = {}
-    for url, source, priority, as_written in found:
+    for url, source, priority, as_written, extra in found:
         try:
             host = host_key(url)
         except ValueError:
@@ -612,10 +634,13 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
             entry["redirect_hops"] = hops
         if as_written is not None:
             entry["written"] = as_written
+        if extra is not None:
+            entry.update(extra)   # type: ignore[typeddict-item]
         by_host.setdefault(host, {}).setdefault(fp, entry)
-    return [DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host, urls=list(entries.values()),
+    return [DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host, urls=urls[start:start + MAX_URLS_PER_BATCH],
                             from_host=request["host"])
-            for host, entries in by_host.items()]
+            for host, entries in by_host.items()
+            for urls in (list(entries.values()),) for start in range(0, len(urls), MAX_URLS_PER_BATCH)]
 
 
 def events_for(bundle: ParsedBundle, where: Location | None,

@@ -48,16 +48,17 @@ from udfs.netguard import DEFAULT_USER_AGENT
 from udfs.host_quality import HostQuality
 from udfs.politeness import (DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy, classify_health, next_allowed_at,
                              next_backoff)
-from udfs.records import FetchRequest, FetchStatus
+from udfs.records import PRIORITY_SITEMAP, FetchRequest, FetchStatus
 from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, PageValue, RecrawlPolicy, UrlHistory,
-                          change_rate, choose_tier, classify, next_due, observe, split, tier_of, tier_weights,
-                          value_weight)
+                          change_rate, choose_tier, classify, lastmod_forward, next_due, observe, split, tier_of,
+                          tier_weights, value_weight)
 from udfs.budgets import (BudgetPolicy, BudgetRow, ImportanceSignals, Scope, admit_all, admit_budget, admit_round,
                            importance, next_page_at)
 from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, probe_due
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
 from udfs.traps import DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, HostTrapSummary, TrapContext, TrapPolicy, check_url
+from udfs.urls import host_key, normalize_url, url_fp
 
 def replace(obj: Any, **changes: Any) -> Any:
     """`dataclasses.replace` for the frontier's own frozen records, without its per-call work (it
@@ -181,6 +182,9 @@ class RulesLike(Protocol):
 
     def crawl_delay(self, user_agent: str) -> float | None: ...
 
+    @property
+    def sitemaps(self) -> list[str]: ...
+
 
 class Robots(str, enum.Enum):
     """What is known about a host's robots.txt."""
@@ -238,10 +242,11 @@ def capture_dict(capture: Capture) -> dict[str, str | None]:
 @dataclass(frozen=True)
 class QueueItem:
     """One queued URL; its row is `[2, url, fp, depth, priority, attempt, etag, last_modified,
-    redirect_hops, capture?, written?]`, the leading 2 being the row's schema version (QUEUE_ROW_VERSION).
-    Rows written before versions start with the URL (version 1: seven to nine fields; 0 hops, no capture).
-    `priority` is the queue index: 0-9 the discovery priorities, PRIORITIES + t the recrawl tier t.
-    `written` is the URL in the query order its page wrote, when sorting changed it (decision 1807)."""
+    redirect_hops, capture?, written?, sitemap?]`, the leading 2 being the row's schema version
+    (QUEUE_ROW_VERSION). Rows written before versions start with the URL (version 1: seven to nine
+    fields; 0 hops, no capture). `priority` is the queue index: 0-9 the discovery priorities,
+    PRIORITIES + t the recrawl tier t. `written` is the URL in the query order its page wrote, when
+    sorting changed it (decision 1807); `sitemap`: the URL is a sitemap, fetched and read as one (1812)."""
 
     url: str
     fp: int
@@ -253,6 +258,7 @@ class QueueItem:
     redirect_hops: int = 0     # redirects followed to reach this URL (0 unless it is a redirect target)
     capture: Capture | None = None  # the previous capture, for a 304's revisit record (recrawls only)
     written: str | None = None
+    sitemap: bool = False
 
     @property
     def recrawl(self) -> bool:
@@ -262,10 +268,12 @@ class QueueItem:
     def to_row(self) -> str:
         row = [QUEUE_ROW_VERSION, self.url, self.fp, self.depth, self.priority, self.attempt, self.etag,
                self.last_modified, self.redirect_hops]
-        if self.capture is not None or self.written is not None:
+        if self.capture is not None or self.written is not None or self.sitemap:
             row.append(None if self.capture is None else list(self.capture))
-        if self.written is not None:
+        if self.written is not None or self.sitemap:
             row.append(self.written)
+        if self.sitemap:
+            row.append(1)
         return json.dumps(row, separators=(",", ":"))
 
     @staticmethod
@@ -278,7 +286,7 @@ class QueueItem:
             fields = fields[1:]
         capture = coerce_capture(fields[8]) if len(fields) > 8 else None
         written = fields[9] if len(fields) > 9 and isinstance(fields[9], str) else None
-        return QueueItem(*fields[:8], capture=capture, written=written)
+        return QueueItem(*fields[:8], capture=capture, written=written, sitemap=len(fields) > 10 and fields[10] == 1)
 
 
 class UrlStatus(str, enum.Enum):
@@ -297,8 +305,12 @@ class UrlRecord:
     """One URL-table row; `at` is when the status was set. Version 1 rows are `[status, at, etag,
     last_modified]`; version 2 rows add `2, history, due, capture, depth` (decision 1110): the
     udfs.recrawl.UrlHistory row, the due time (epoch seconds; None = not scheduled), the WARC capture a
-    304 revisit refers to, and the depth that sets the page's value. A row without the recrawl fields
-    is written in the version 1 layout, so a URL that was never fetched costs what it did."""
+    304 revisit refers to, and the depth that sets the page's value; then an optional tail: 1 when the
+    URL is a sitemap, 1 when a sitemap lastmod brought its due time forward (the refetch then tells the
+    host how accurate its lastmods are; decision 1812), and the priority and changefreq a sitemap gave
+    the page (its recrawl value and prior; decision 1813), cut after the last field that is set. A row
+    without any of these is written in the version 1 layout, so a URL that was never fetched costs
+    what it did."""
 
     status: UrlStatus
     at: float
@@ -308,12 +320,19 @@ class UrlRecord:
     due: float | None = None
     capture: Capture | None = None
     depth: int = 0
+    sitemap: bool = False
+    lastmod_claim: bool = False
+    sitemap_priority: float | None = None
+    changefreq: str | None = None
 
     def to_row(self) -> str:
         row: list[Any] = [self.status.value, self.at, self.etag, self.last_modified]
-        if self.history is not None or self.due is not None or self.capture is not None or self.depth:
+        tail = [int(self.sitemap), int(self.lastmod_claim), self.sitemap_priority, self.changefreq]
+        while tail and tail[-1] in (0, None):
+            tail.pop()
+        if self.history is not None or self.due is not None or self.capture is not None or self.depth or tail:
             row += [RECORD_VERSION, None if self.history is None else self.history.to_row(), self.due,
-                    None if self.capture is None else list(self.capture), self.depth]
+                    None if self.capture is None else list(self.capture), self.depth, *tail]
         return json.dumps(row, separators=(",", ":"))
 
     @staticmethod
@@ -329,7 +348,34 @@ class UrlRecord:
         return UrlRecord(UrlStatus(status), at, etag, last_modified,
                          None if history is None else UrlHistory.from_row(history),
                          float(due) if _number(due) is not None else None, coerce_capture(capture),
-                         depth if _non_negative_int(depth) else 0)
+                         depth if _non_negative_int(depth) else 0, *_record_tail(fields[9:13]))
+
+
+def _record_tail(tail: list[Any]) -> tuple[bool, bool, float | None, str | None]:
+    """The optional tail of a URL record row (sitemap, lastmod claim, sitemap priority, changefreq);
+    a mistyped value reads as absent."""
+    sitemap, claim, priority, changefreq = (list(tail) + [0, 0, None, None][len(tail):])[:4]
+    return (sitemap == 1, claim == 1, float(priority) if _number(priority) is not None else None,
+            changefreq if isinstance(changefreq, str) else None)
+
+
+def sitemap_hints(raw: dict[str, Any]) -> tuple[float | None, str | None]:
+    """(priority in [0, 1], changefreq in lower case) a sitemap gave a discovered entry; absent or
+    malformed values read as None (decision 1813)."""
+    priority, changefreq = _number(raw.get("sitemap_priority")), raw.get("changefreq")
+    return (min(max(priority, 0.0), 1.0) if priority is not None else None,
+            changefreq.lower()[:16] if isinstance(changefreq, str) and changefreq else None)
+
+
+def page_value(record: UrlRecord | None, url: str, depth: int) -> PageValue:
+    """What a page is worth to the recrawl schedule (udfs.recrawl.PageValue; decisions 1102, 1813): its
+    depth, the priority and changefreq its sitemap gave, and its kind where the URL says it (a host's
+    root is its home page)."""
+    kind = "home" if url.endswith("/") and url.count("/") == 3 else None
+    if record is None:
+        return PageValue(depth=depth, page_kind=kind)
+    return PageValue(depth=depth, sitemap_priority=record.sitemap_priority, changefreq=record.changefreq,
+                     page_kind=kind)
 
 
 @dataclass(frozen=True)
@@ -382,6 +428,7 @@ class HostState:
     inlinks: tuple[int, ...] = ()   # CRC-32s of other hosts seen linking in, at most MAX_INLINK_HOSTS (decision 1806)
     domain: BudgetRow | None = None  # the host's share of its domain's budget (None = the census has not answered; 1811)
     census_at: float = 0.0          # when the host last asked the domain census (0 = never; decision 1811)
+    lists_sitemap: bool = False     # its robots.txt lists a sitemap on the host (raises its importance; 1812)
 
     @property
     def queued(self) -> int:
@@ -420,7 +467,7 @@ class HostState:
             "seeded": self.seeded, "min_depth": self.min_depth, "inlinks": list(self.inlinks),
             "domain": None if self.domain is None else [self.domain.share, self.domain.page_tokens,
                                                         self.domain.url_tokens, self.domain.at],
-            "census_at": self.census_at,
+            "census_at": self.census_at, "sitemap": self.lists_sitemap,
         }, separators=(",", ":"))
 
     @staticmethod
@@ -464,7 +511,7 @@ class HostState:
             inlinks=tuple(data.get("inlinks", ())),
             # rows before decision 1811 have no domain share yet: the host asks the census at its next event
             domain=None if domain is None else BudgetRow(Scope.DOMAIN, domain[0], domain[1], domain[2], domain[3]),
-            census_at=data.get("census_at", 0.0),
+            census_at=data.get("census_at", 0.0), lists_sitemap=data.get("sitemap", False),
         )
 
 
@@ -534,7 +581,7 @@ def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueIte
     except (ValueError, TypeError):
         return Verdict.MALFORMED
     return QueueItem(url, fp, depth, min(max(priority, 0), PRIORITIES - 1), redirect_hops=hops,
-                     written=_written_form(raw.get("written"), url))
+                     written=_written_form(raw.get("written"), url), sitemap=raw.get("sitemap") is True)
 
 
 def _written_form(written: Any, url: str) -> str | None:
@@ -647,8 +694,8 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         else:
             changes["growth_urls"] = state.growth_urls + 1
             fast_growing = changes["growth_urls"] == policy.fast_growth_urls + 1
-    new_record = (UrlRecord(UrlStatus.QUEUED, now, item.etag, item.last_modified) if record is None
-                  else replace(record, status=UrlStatus.QUEUED, at=now))
+    new_record = (UrlRecord(UrlStatus.QUEUED, now, item.etag, item.last_modified, sitemap=item.sitemap)
+                  if record is None else replace(record, status=UrlStatus.QUEUED, at=now))
     admission = Admission(Verdict.ADMITTED, slot_key(item.priority, tail), item, new_record, fast_growing)
     return replace(state, **changes), admission
 
@@ -751,9 +798,10 @@ def recrawl_item(record: UrlRecord | None, url: str, fp: int, now: float,
         return None
     last = record.history.last_fetch_at
     urgency = (now - last) / max(record.due - last, 1e-9)
-    tier = min(tier_of(value_weight(PageValue(depth=record.depth), recrawl), urgency, recrawl), RECRAWL_TIERS - 1)
+    value = value_weight(page_value(record, url, record.depth), recrawl)
+    tier = min(tier_of(value, urgency, recrawl), RECRAWL_TIERS - 1)
     return QueueItem(url, fp, record.depth, PRIORITIES + tier, 0, record.etag, record.last_modified, 0,
-                     record.capture)
+                     record.capture, sitemap=record.sitemap)
 
 
 def push_recrawl(state: HostState, item: QueueItem, due: float) -> tuple[HostState, int]:
@@ -826,9 +874,9 @@ def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Pol
 
 def host_importance(state: HostState, budgets: BudgetPolicy) -> float:
     """The host's budget multiplier from what its row knows (udfs.budgets.importance; decisions 1805,
-    1806): seed or not, other hosts linking in, its closest URL's depth, its unique-content ratio.
-    Sitemaps are not counted yet."""
-    signals = ImportanceSignals(inlink_hosts=len(state.inlinks), is_seed=state.seeded,
+    1806): seed or not, other hosts linking in, whether its robots.txt lists a sitemap (1812), its
+    closest URL's depth, its unique-content ratio."""
+    signals = ImportanceSignals(inlink_hosts=len(state.inlinks), is_seed=state.seeded, has_sitemap=state.lists_sitemap,
                                 min_depth=state.min_depth or 0, unique_ratio=state.quality.ratio)
     return importance(signals, budgets)
 
@@ -856,6 +904,39 @@ def spend_page(state: HostState, now: float, budgets: BudgetPolicy) -> HostState
         return replace(state, budget=row)
     _, domain = admit_budget(state.domain, now, weight, budgets)
     return replace(state, budget=row, domain=domain)
+
+
+def robots_sitemaps(host: str, listed: list[str], depth: int, limit: int) -> tuple[list[dict[str, Any]], int]:
+    """The discovered entries (udfs.records.UrlEntry, `sitemap` set) for the first `limit` `Sitemap:`
+    URLs of the host's robots.txt that are on the host itself, and how many others were skipped
+    (another host, malformed, or over the limit; decision 1812). `depth` is the host's closest URL's."""
+    entries: list[dict[str, Any]] = []
+    skipped = 0
+    for raw in listed:
+        url = normalize_url(raw) if isinstance(raw, str) else None
+        try:
+            same_host = url is not None and host_key(url) == host
+        except ValueError:
+            same_host = False
+        if not same_host or len(entries) >= limit or any(e["url"] == url for e in entries):
+            skipped += 1
+            continue
+        entries.append({"url": url, "fp": url_fp(url), "depth": depth, "priority": PRIORITY_SITEMAP,
+                        "source": "sitemap", "sitemap": True})
+    return entries, skipped
+
+
+def sitemap_due(record: UrlRecord, lastmod: Any, state: HostState, now: float, recrawl: RecrawlPolicy) -> float | None:
+    """An earlier due time for a fetched URL whose sitemap `lastmod` says it changed after its last
+    fetch (issue #6 "Sitemaps", decision 1812), or None: udfs.recrawl.lastmod_forward brings the due
+    time towards `now` as far as the host's lastmods have proved accurate, never closer than
+    min_interval_s after the last fetch. Malformed claims, URLs not scheduled and URLs already
+    brought forward (until their refetch) change nothing."""
+    if (record.status is not UrlStatus.DONE or record.history is None or record.due is None
+            or record.history.last_fetch_at is None or _number(lastmod) is None or record.lastmod_claim):
+        return None
+    due = lastmod_forward(record.due, record.history.last_fetch_at, float(lastmod), now, state.signals, recrawl)
+    return due if due < record.due - 1.0 else None
 
 
 def census_due(state: HostState, now: float, budgets: BudgetPolicy) -> bool:
@@ -890,6 +971,8 @@ def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
         request["redirect_hops"] = item.redirect_hops  # the writer sends a redirect target at hops + 1
         if item.capture is not None:  # a 304 is archived as a revisit of this capture (decision 1113)
             request["revisit_of"] = capture_dict(item.capture)
+        if item.sitemap:
+            request["sitemap"] = True   # parse reads it as a sitemap, the writer does not publish it (1812)
     return replace(state, lease=lease, lease_seq=seq), request
 
 
@@ -1135,10 +1218,12 @@ def recrawl_record(state: HostState, previous: UrlRecord | None, item: QueueItem
                            text["etag"], text["last_modified"])
     change = classify(history, outcome, recrawl) if history.last_fetch_at is not None else None
     history = observe(history, now, outcome, recrawl)
-    value = PageValue(depth=item.depth)
+    value = page_value(previous, item.url, item.depth)
     signals = state.signals
     if change is not None:
         signals = signals.with_rate(change_rate(history, value, signals, recrawl))
+        if previous is not None and previous.lastmod_claim:   # a sitemap said it changed: was it right?
+            signals = signals.with_lastmod(True, change.changed)
     due = next_due(history, value, now, recrawl, signals, signals.cost)
     if recrawl.scheduler == "adaptive":   # the refresh cost follows the host's share of the budget (decision 1810)
         last_fetch = previous.history.last_fetch_at if previous is not None and previous.history is not None else None
@@ -1147,7 +1232,9 @@ def recrawl_record(state: HostState, previous: UrlRecord | None, item: QueueItem
     capture = coerce_capture(event.get("capture"))
     if capture is None and previous is not None:
         capture = previous.capture
-    record = UrlRecord(UrlStatus.DONE, now, history.etag, history.last_modified, history, due, capture, item.depth)
+    record = UrlRecord(UrlStatus.DONE, now, history.etag, history.last_modified, history, due, capture, item.depth,
+                       item.sitemap, sitemap_priority=previous.sitemap_priority if previous is not None else None,
+                       changefreq=previous.changefreq if previous is not None else None)
     return replace(state, signals=signals), record, change
 
 

@@ -45,6 +45,9 @@ class FetchStatus(str, enum.Enum):
     ERROR = "error"                # anything else; the reason says what
 
 
+PRIORITY_SITEMAP = 1   # a host's sitemaps come before its links (priority 5) and redirect targets (4)
+
+
 class UrlEntry(TypedDict):
     url: str            # normalised (udfs.urls.normalize_url)
     fp: int             # udfs.urls.url_fp(url)
@@ -57,6 +60,14 @@ class UrlEntry(TypedDict):
     # The URL in the query order the page (or Location) wrote, when sorting the query changed it:
     # the frontier asks robots.txt about both forms (decision 1807).
     written: NotRequired[str]
+    # The URL is a sitemap (its host's robots.txt, an index or a redirect named it): fetched and read as
+    # one, never published (decision 1812).
+    sitemap: NotRequired[bool]
+    # What a sitemap said about a page it lists, when it said it: lastmod (Unix seconds), priority
+    # (0..1) and changefreq ("always" .. "never"); the recrawl schedule reads them (decisions 1812, 1813).
+    lastmod: NotRequired[int]
+    sitemap_priority: NotRequired[float]
+    changefreq: NotRequired[str]
 
 
 class DiscoveredBatch(TypedDict):
@@ -193,6 +204,9 @@ class FetchRequest(TypedDict):
     # Pages only, set only when the host's soft-404 probe was answered 200: that answer as a
     # udfs.soft404.ProbeRow row; the parse step marks a page like it as a soft 404 (decision 1803).
     soft404_probe: NotRequired[str]
+    # Pages only, set only for a sitemap (UrlEntry.sitemap): parse reads the answer as a sitemap and the
+    # writer sends on the URLs it lists instead of publishing it (decision 1812).
+    sitemap: NotRequired[bool]
 
 
 class FetchResult(TypedDict):

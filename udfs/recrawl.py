@@ -53,6 +53,7 @@ __all__ = [
     "estimate_rate",
     "improved_estimate",
     "interval_for",
+    "lastmod_forward",
     "mle_rate",
     "next_due",
     "observe",
@@ -725,13 +726,19 @@ def next_due(history: UrlHistory, value: PageValue = NEUTRAL_VALUE, now: float =
         interval = max(interval, min(history.observations[-1][0] * policy.backoff_factor,
                                      policy.stable_changes / rate))
     interval = min(max(interval, policy.min_interval_s), policy.max_interval_s)
-    due = last + interval
-    lastmod = value.sitemap_lastmod
-    if _finite(lastmod) and lastmod > last and _finite(now):
-        earliest = last + policy.min_interval_s
-        forward = now + (1.0 - host.lastmod_accuracy) * max(due - now, 0.0)
-        due = min(due, max(forward, earliest))
-    return due
+    return lastmod_forward(last + interval, last, value.sitemap_lastmod, now, host, policy)
+
+
+def lastmod_forward(due: float, last: float, lastmod: float | None, now: float, host: HostSignals = NO_HOST,
+                    policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> float:
+    """`due` brought forward by a sitemap lastmod after the last fetch `last`: towards `now` in
+    proportion to the host's lastmod accuracy, never closer than min_interval_s after `last`, never
+    later than `due`. Any other claim (absent, not after `last`, not a number) leaves `due`."""
+    if not (_finite(lastmod) and _finite(now) and lastmod > last):
+        return due
+    earliest = last + policy.min_interval_s
+    forward = now + (1.0 - host.lastmod_accuracy) * max(due - now, 0.0)
+    return min(due, max(forward, earliest))
 
 
 def baseline_interval(history: UrlHistory, policy: RecrawlPolicy) -> float:

@@ -22,6 +22,8 @@ from urllib.parse import urljoin, urlsplit
 
 from lxml import etree
 
+from udfs.urls import host_key, normalize_url
+
 __all__ = [
     "CHANGEFREQS",
     "DEFAULT_SITEMAP_POLICY",
@@ -31,6 +33,8 @@ __all__ = [
     "parse_lastmod",
     "parse_sitemap",
     "sitemap_loc_allowed",
+    "Followable",
+    "followable",
 ]
 
 CHANGEFREQS: frozenset[str] = frozenset({"always", "hourly", "daily", "weekly", "monthly", "yearly", "never"})
@@ -56,6 +60,9 @@ class SitemapPolicy:
     max_alternates: `xhtml:link` alternates kept per entry (100).
     parse_feeds: read RSS 2.0, Atom and JSON Feed bodies as lists of URLs (on).
     parse_text: read other bodies as text sitemaps, one URL per line (on).
+    follow: the job fetches the sitemaps a host's robots.txt lists and sitemap indexes name, and
+        queues the pages they list (on; decision 1812).
+    max_per_host: `Sitemap:` lines of one robots.txt followed (8; the first ones on the host itself).
     """
 
     max_urls: int = 50_000
@@ -64,13 +71,16 @@ class SitemapPolicy:
     max_alternates: int = 100
     parse_feeds: bool = True
     parse_text: bool = True
+    follow: bool = True
+    max_per_host: int = 8
 
     def __post_init__(self) -> None:
-        for name, low in (("max_urls", 1), ("max_bytes", 1024), ("max_loc_length", 16), ("max_alternates", 0)):
+        for name, low in (("max_urls", 1), ("max_bytes", 1024), ("max_loc_length", 16), ("max_alternates", 0),
+                          ("max_per_host", 0)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        for name in ("parse_feeds", "parse_text"):
+        for name in ("parse_feeds", "parse_text", "follow"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
@@ -525,3 +535,52 @@ def _feed_entry(element: etree._Element, state: _State) -> None:
             dates.setdefault(child_name, _text(child))
     date = next((dates[n] for n in _FEED_DATES if n in dates), None)
     state.add(next(iter(links + other_links), None), date, resolve=True)
+
+
+@dataclass(frozen=True)
+class Followable:
+    """What the crawler follows from one fetched sitemap (decision 1812).
+
+    pages: (normalised URL, lastmod, priority, changefreq) of each listed page, in document order,
+        without repeats.
+    sitemaps: the normalised URLs of the sitemaps an index lists.
+    skipped: listed URLs not followed (unparsable, not http(s), or on another host or scheme).
+    """
+
+    pages: tuple[tuple[str, int | None, float | None, str | None], ...] = ()
+    sitemaps: tuple[str, ...] = ()
+    skipped: int = 0
+
+
+def followable(sitemap_url: str, result: SitemapResult) -> Followable:
+    """The URLs of `result` (the sitemap fetched from `sitemap_url`) that the crawler follows.
+
+    The job fetches only sitemaps a host's own robots.txt lists, or that an index on that host names,
+    so each counts as cross-submitted by the host (decision 0402): a listed URL is followed when it is
+    on the sitemap's own scheme and host, in any directory; other hosts are not followed (decision 1812).
+    Never raises.
+    """
+    try:
+        own = host_key(sitemap_url)
+    except ValueError:
+        return Followable(skipped=len(result.entries))
+    scheme = sitemap_url.partition("://")[0]
+    seen: set[str] = set()
+    pages: list[tuple[str, int | None, float | None, str | None]] = []
+    sitemaps: list[str] = []
+    skipped = 0
+    for entry in result.entries:
+        url = normalize_url(entry.loc)
+        try:
+            ours = url is not None and url.partition("://")[0] == scheme and host_key(url) == own
+        except ValueError:
+            ours = False
+        if not ours or url in seen:
+            skipped += 1
+            continue
+        seen.add(url)
+        if result.kind == "index":
+            sitemaps.append(url)
+        else:
+            pages.append((url, entry.lastmod, entry.priority, entry.changefreq))
+    return Followable(tuple(pages), tuple(sitemaps), skipped)

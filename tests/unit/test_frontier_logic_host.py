@@ -19,6 +19,7 @@ from udfs.politeness import PolitenessPolicy
 from udfs.records import b64
 from udfs.robots import RobotsPolicy
 from udfs.budgets import BudgetPolicy
+from udfs.sitemaps import SitemapPolicy
 from udfs.soft404 import Soft404Policy
 from udfs.urls import url_fp
 
@@ -46,9 +47,17 @@ class Map(dict):
 
 
 class PrefixRules:
+    """robots.txt as whitespace-separated words: absolute URLs are its Sitemap: lines, the rest disallowed prefixes."""
+
     def __init__(self, body: bytes) -> None:
-        self.disallowed = body.decode().split()
+        words = body.decode().split()
+        self.disallowed = [w for w in words if not w.startswith("http")]
+        self.listed = [w for w in words if w.startswith("http")]
         self.parses = 0
+
+    @property
+    def sitemaps(self) -> list[str]:
+        return list(self.listed)
 
     def allowed(self, url: str, user_agent: str) -> bool:
         path = "/" + url.split("://", 1)[1].partition("/")[2]
@@ -65,13 +74,13 @@ class Harness:
                  politeness: PolitenessPolicy = PolitenessPolicy(),
                  robots_policy: RobotsPolicy = RobotsPolicy(), controls: ControlTable | None = None,
                  soft404: Soft404Policy | None = None, budgets: BudgetPolicy | None = None,
-                 census: bool = False) -> None:
+                 census: bool = False, sitemaps: SitemapPolicy | None = None) -> None:
         self.host_row, self.body, self.slots, self.urls = Value(), Value(), Map(), Map()
         self.counts: collections.Counter[str] = collections.Counter()
         self.parses = 0
         self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, self._parse,
                                      policy, politeness, robots_policy, controls=controls, soft404=soft404,
-                                     budgets=budgets, census=census)
+                                     budgets=budgets, census=census, sitemaps=sitemaps)
         self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
         self.census: list[tuple[float, dict]] = []   # questions to the domain census (decision 1811)
         self.now = T0

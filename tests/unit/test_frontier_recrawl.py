@@ -492,3 +492,62 @@ def test_with_recrawl_on_a_url_is_in_the_frontier_at_most_once_and_never_refetch
         elif action == "advance":
             take(h.advance(arg, answer_robots=True))
         check()
+
+
+def _sitemap_lists(h: Harness, path: str, lastmod: float) -> list[dict]:
+    url = f"http://{HOST}{path}"
+    entry = {"url": url, "fp": url_fp(url), "depth": 1, "priority": 5, "source": "sitemap", "lastmod": lastmod}
+    return h._apply(h.frontier.on_event(HOST, {"v": 1, "type": "discovered", "host": HOST, "urls": [entry]}, h.now))
+
+
+def test_a_sitemap_lastmod_after_the_last_fetch_brings_the_recrawl_forward():
+    h = Harness()
+    (page,) = h.first_fetch("/a")
+    h.complete(page)
+    fetched, due = h.now, h.record("/a").due
+    h.advance(RECRAWL.min_interval_s * 2)
+    _sitemap_lists(h, "/a", lastmod=fetched - 10.0)          # lastmod before the fetch: nothing new
+    assert h.record("/a").due == due and h.counts["dropped_seen"] == 1
+    _sitemap_lists(h, "/a", lastmod=h.now - 5.0)             # changed since: halfway to now (accuracy 0.5)
+    record = h.record("/a")
+    assert record.lastmod_claim and h.counts["sitemap_lastmod_forward"] == 1
+    assert record.due == pytest.approx(h.now + 0.5 * (due - h.now), abs=1.0)
+    _sitemap_lists(h, "/a", lastmod=h.now - 1.0)             # one claim at a time
+    assert h.record("/a").due == record.due and h.counts["sitemap_lastmod_forward"] == 1
+    (again,) = h.pages(record.due - h.now + 120.0)
+    h.complete(again, content_hash="sha256:2")               # it did change: the host's lastmods are right
+    assert not h.record("/a").lastmod_claim
+    assert h.state.signals.lastmod_hits > 0 and h.state.signals.lastmod_misses == 0
+
+
+def test_a_sitemap_lastmod_that_lied_makes_the_next_claim_count_less():
+    h = Harness()
+    (page,) = h.first_fetch("/a")
+    h.complete(page)
+    h.advance(RECRAWL.min_interval_s * 2)
+    _sitemap_lists(h, "/a", lastmod=h.now - 5.0)
+    (again,) = h.pages(h.record("/a").due - h.now + 120.0)
+    h.complete(again)                                        # the same content: the claim was wrong
+    assert h.state.signals.lastmod_misses > 0 and h.state.signals.lastmod_accuracy < 0.5
+
+
+def test_url_records_keep_a_pending_lastmod_claim():
+    record = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, due=5.0, lastmod_claim=True)
+    assert fl.UrlRecord.from_row(record.to_row()) == record
+    both = fl.replace(record, sitemap=True)
+    assert fl.UrlRecord.from_row(both.to_row()) == both
+
+
+def test_a_sitemap_listing_a_fetched_page_gives_it_the_sitemaps_priority_and_changefreq():
+    h = Harness()
+    (page,) = h.first_fetch("/a")
+    h.complete(page)
+    url = f"http://{HOST}/a"
+    entry = {"url": url, "fp": url_fp(url), "depth": 1, "priority": 5, "source": "sitemap",
+             "sitemap_priority": 1.0, "changefreq": "hourly"}
+    h._apply(h.frontier.on_event(HOST, {"v": 1, "type": "discovered", "host": HOST, "urls": [entry]}, h.now))
+    record = h.record("/a")
+    assert (record.sitemap_priority, record.changefreq, record.status) == (1.0, "hourly", fl.UrlStatus.DONE)
+    (again,) = h.pages(record.due - h.now + 120.0)
+    h.complete(again)                                        # the refetch keeps them for the next schedule
+    assert (h.record("/a").sitemap_priority, h.record("/a").changefreq) == (1.0, "hourly")

@@ -1,0 +1,104 @@
+"""Sitemaps in the real job (issues #4 and #6, decision 1812): every host's robots.txt lists a sitemap
+(half of them a sitemap index of two sitemaps); the job on a MiniCluster with a real Kafka broker.
+From the server's log: each host's sitemaps are fetched after its robots.txt, the index's children
+too. From the topics: every URL a sitemap lists comes back to its host as a `sitemap` discovery with
+its lastmod, and no sitemap is published as a page."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from crawler.crawl import records_since
+from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
+from tests.synthweb import WebPolicy, audit_politeness, build_web, load_log
+from tests.synthweb.model import RobotsVariant
+from udfs.records import TOPIC_PAGES
+
+pytestmark = pytest.mark.integration
+
+N_HOSTS = 6
+SEED = 5
+DELAY_S = 0.3
+DEADLINE_S = 120.0
+WEB_POLICY = WebPolicy(sitemap_share=1.0, sitemap_index_share=0.5, behaviour_share=0.0, crawl_delay_share=0.0,
+                       robots_mix=((RobotsVariant.RULES, 1.0),), shared_ip_share=0.0)
+
+
+def _sitemap_paths(host) -> set[str]:
+    return {"/sitemap_index.xml", "/sitemap-1.xml", "/sitemap-2.xml"} if host.sitemap == "index" else {"/sitemap.xml"}
+
+
+@pytest.fixture(scope="module")
+def sitemap_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory: pytest.TempPathFactory):
+    work = tmp_path_factory.mktemp("sitemaps")
+    described = build_web(N_HOSTS, SEED, WEB_POLICY)
+    web = start_policy_web(work, N_HOSTS, SEED, WEB_POLICY)
+    config = loop_config(work, web, DELAY_S)
+    wanted = {(h.name, path) for h in described.hosts for path in _sitemap_paths(h)}
+    try:
+        client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "sitemaps-test", web.seeds)
+        try:
+            deadline = time.monotonic() + DEADLINE_S
+            while time.monotonic() < deadline:
+                time.sleep(3)
+                served = {(r["host"], r["path"]) for r in load_log(web.log_path) if r.get("event") == "request"}
+                if wanted <= served:
+                    time.sleep(5)   # the last sitemap's discoveries reach the topic
+                    break
+        finally:
+            client.cancel().result()
+    finally:
+        web.stop()
+    yield {"config": config, "web": described, "log": load_log(web.log_path),
+           "events": loop_events(kafka_bootstrap, start_ms),
+           "pages": [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_PAGES, start_ms)]}
+
+
+def _requests(run) -> list[dict]:
+    return sorted((r for r in run["log"] if r.get("event") == "request"), key=lambda r: r["started_at"])
+
+
+def test_each_hosts_sitemaps_are_fetched_after_its_robots_txt(sitemap_run):
+    log = _requests(sitemap_run)
+    for host in sitemap_run["web"].hosts:
+        paths = [r["path"] for r in log if r["host"] == host.name]
+        assert _sitemap_paths(host) <= set(paths), (host.name, host.sitemap, paths)
+        assert paths[0] == "/robots.txt", paths
+
+
+def test_every_url_a_sitemap_lists_comes_back_as_a_sitemap_discovery_with_its_lastmod(sitemap_run):
+    listed: dict[str, dict[str, dict]] = {}
+    for event in sitemap_run["events"]:
+        if event.get("type") == "discovered":
+            for entry in event["urls"]:
+                if entry["source"] == "sitemap" and not entry.get("sitemap"):
+                    listed.setdefault(urlsplit(entry["url"]).hostname, {})[urlsplit(entry["url"]).path] = entry
+    for host in sitemap_run["web"].hosts:
+        pages = {p.path for p in host.pages if p.path != "/search"}   # what the synthetic sitemap lists
+        assert set(listed.get(host.name, {})) == pages, host.name
+        assert all(isinstance(e["lastmod"], int) for e in listed[host.name].values())
+
+
+def test_an_index_names_its_sitemaps_which_are_fetched_as_sitemaps(sitemap_run):
+    children = {(urlsplit(e["url"]).hostname, urlsplit(e["url"]).path)
+                for event in sitemap_run["events"] if event.get("type") == "discovered"
+                for e in event["urls"] if e.get("sitemap")}
+    for host in sitemap_run["web"].hosts:
+        if host.sitemap == "index":
+            assert {(host.name, "/sitemap-1.xml"), (host.name, "/sitemap-2.xml")} <= children
+
+
+def test_no_sitemap_is_published_as_a_page(sitemap_run):
+    published = {urlsplit(p["url"]).path for p in sitemap_run["pages"]}
+    assert sitemap_run["pages"] and not published & {"/sitemap.xml", "/sitemap_index.xml", "/sitemap-1.xml",
+                                                      "/sitemap-2.xml"}
+
+
+def test_the_server_saw_a_polite_crawler(sitemap_run):
+    violations = audit_politeness(sitemap_run["log"], sitemap_run["web"],
+                                  user_agent=sitemap_run["config"].frontier.robots_agent, min_delay=DELAY_S)
+    assert violations == [], "\n".join(str(v) for v in violations[:20])
