@@ -37,7 +37,7 @@ from pyflink.table.expressions import col
 
 from operators.census import CENSUS_TAG, attach_census
 from operators.fetch import fetch_stage
-from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
+from operators.frontier import FRONTIER_EVENTS_TAG, FrontierFunction, attach_frontier, broadcast_controls
 from operators.modes import set_python_mode
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
@@ -164,6 +164,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                                broadcast_controls(valid_controls), frontier, EVENT_TYPE)
     # Each host's share of its domain's budget (decision 1811): the census answers on crawl.outcomes.
     census = [attach_census(requests.get_side_output(CENSUS_TAG), TRIPLE_TYPE)] if frontier.census else []
+    # A robots.txt that lists a sitemap on another host sends it to that host's key (decision 1812).
+    for_other_hosts = requests.get_side_output(FRONTIER_EVENTS_TAG)
 
     # Host names sharing a server share its budget: the fetcher is keyed by server address and
     # holds each address's limit itself (decision 1612).
@@ -177,7 +179,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                           sitemaps=config.sitemaps)
     set_python_mode(env, "thread")
 
-    sinks.emit(env, fetched.union(rejects, *census))
+    sinks.emit(env, fetched.union(rejects, for_other_hosts, *census))
 
 
 def control_stream(env: StreamExecutionEnvironment, sources: Sources) -> DataStream:

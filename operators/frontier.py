@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from pyflink.common import Types
-from pyflink.datastream import BroadcastStream, DataStream, KeyedStream, RuntimeContext
+from pyflink.datastream import BroadcastStream, DataStream, KeyedStream, OutputTag, RuntimeContext
 from pyflink.datastream.functions import KeyedBroadcastProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
@@ -41,7 +41,7 @@ from udfs.control_state import ControlTable, HostControls
 from udfs.netguard import FetchPolicy
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, TdmrepRules, ai_disallowed, parse_tdmrep, tdmrep_match
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
-from udfs.records import FetchRequest, unb64
+from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, FetchRequest, encode, unb64
 from udfs.release_budget import ReleaseBudget
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
@@ -114,6 +114,7 @@ class Effects:
     timer_register_ms: int    # 0 = none
     due_timers: tuple[int, ...] = ()  # due-bucket timers to register (Flink keeps one per key and time)
     census: tuple[dict[str, Any], ...] = ()  # questions to the domain census (udfs.census.host_seen)
+    events: tuple[tuple[str, str, bytes], ...] = ()  # (topic, key, value) records for other hosts (decision 1812)
 
 
 class FrontierGauges:
@@ -213,6 +214,7 @@ class HostFrontier:
         self._tdmrep = tdmrep_body is not None and optout.tdmrep_fetched
         self._tdm_rules: OrderedDict[str, tuple[float, TdmrepRules]] = OrderedDict()
         self._due_timers: list[int] = []
+        self._outbox: list[tuple[str, str, bytes]] = []   # records for other hosts' keys, sent at the call's end
         self._bucket_ms = int(round(policy.due_bucket_s * 1000))
         self.controls = controls if controls is not None else ControlTable()
         self.seen, self.epoch = seen, epoch
@@ -226,7 +228,7 @@ class HostFrontier:
 
     def on_event(self, host: str, event: dict[str, Any], now: float) -> Effects:
         state = before = self._load(host)
-        self._due_timers = []
+        self._due_timers, self._outbox = [], []
         controls = self.controls.for_host(host)
         kind = event.get("type") if isinstance(event, dict) else None
         if self.budget is not None and kind in _LEASE_ENDS:
@@ -259,7 +261,7 @@ class HostFrontier:
 
     def on_timer(self, host: str, timer_ms: int, now: float) -> Effects:
         state = before = self._load(host)
-        self._due_timers = []
+        self._due_timers, self._outbox = [], []
         if state.timer_ms == timer_ms:  # the registered timer has fired; a stale one leaves it in place
             state = fl.replace(state, timer_ms=0)
         elif self.due is not None:
@@ -439,16 +441,21 @@ class HostFrontier:
 
     def _admit_sitemaps(self, host: str, state: fl.HostState, rules: fl.RulesLike, now: float,
                         controls: HostControls) -> fl.HostState:
-        """Offer the host's own sitemaps its robots.txt lists to its queue, as any URL (decision 1812):
-        a sitemap already fetched this cycle is seen, and robots.txt judges it like a page."""
-        entries, skipped = fl.robots_sitemaps(host, rules.sitemaps, state.min_depth or 0, self.sitemaps.max_per_host)
+        """Offer the sitemaps the host's robots.txt lists to the queues of the hosts that serve them, as
+        any URL (decision 1812): the host's own go to its queue now, a sitemap already fetched this cycle
+        is seen, robots.txt judges it like a page; those on other hosts go out on crawl.frontier."""
+        by_host, skipped = fl.robots_sitemaps(host, rules.sitemaps, state.min_depth or 0, self.sitemaps.max_per_host)
         for _ in range(skipped):
             self.count("sitemaps_skipped")
-        if not entries:
+        for target, entries in by_host.items():
+            for _ in entries:
+                self.count("sitemaps_listed")
+            if target != host:
+                batch = {"v": SCHEMA_VERSION, "type": "discovered", "host": target, "urls": entries, "from_host": host}
+                self._outbox.append((TOPIC_FRONTIER, target, encode(batch)))
+        if host not in by_host:
             return state
-        for _ in entries:
-            self.count("sitemaps_listed")
-        return self._admit_all(host, fl.replace(state, lists_sitemap=True), entries, now, controls)
+        return self._admit_all(host, fl.replace(state, lists_sitemap=True), by_host[host], now, controls)
 
     def _tdmrep_result(self, host: str, state: fl.HostState, event: dict[str, Any], now: float,
                        controls: HostControls) -> fl.HostState:
@@ -611,7 +618,7 @@ class HostFrontier:
             self.gauges.account(host, before if counted else None, state)
         self._store(host, state, before)
         return Effects(requests, old if old and old != wake else 0, wake if wake != old else 0, tuple(self._due_timers),
-                       census)
+                       census, tuple(self._outbox))
 
     def _load(self, host: str) -> fl.HostState:
         """The host's row, parsed; the last row this run wrote for the host is reused while the stored
@@ -683,6 +690,11 @@ CONTROL_STATE = MapStateDescriptor("crawl_controls", Types.STRING(), Types.STRIN
 def broadcast_controls(controls: DataStream) -> BroadcastStream:
     """Validated control records (udfs.control ... to_record() dicts) as the frontier's broadcast input."""
     return controls.broadcast(CONTROL_STATE)
+
+
+# Records the frontier writes for other hosts' keys (a sitemap another host serves; decision 1812).
+FRONTIER_EVENTS_TAG = OutputTag("frontier-events", Types.TUPLE([Types.STRING(), Types.STRING(),
+                                                                 Types.PRIMITIVE_ARRAY(Types.BYTE())]))
 
 
 def attach_frontier(events: KeyedStream, controls: BroadcastStream, frontier: "FrontierFunction",
@@ -806,3 +818,5 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
             yield fl.pin_ip(request, self.pins)
         for question in effects.census:
             yield CENSUS_TAG, question
+        for record in effects.events:
+            yield FRONTIER_EVENTS_TAG, record

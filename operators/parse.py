@@ -57,7 +57,8 @@ class SitemapFacts(TypedDict):
     kind: str                                        # "urlset", "index", "text", "feed" or "unknown"
     pages: list[tuple[str, int | None, float | None, str | None]]  # (normalised URL, lastmod, priority, changefreq)
     sitemaps: list[str]                              # the sitemaps an index lists
-    skipped: int                                     # listed URLs not followed (other hosts, unparsable)
+    elsewhere: list[str]                             # listed pages on other hosts: followed like links
+    skipped: int                                     # listed URLs not followed (unparsable, repeated)
 
 
 class ParsedBundle(TypedDict):
@@ -118,7 +119,8 @@ def sitemap_facts(result: FetchResult, policy: SitemapPolicy = DEFAULT_SITEMAP_P
     listed = parse_sitemap(result["body"], url=url, content_type=header_value(result["headers"], "content-type"),
                            policy=policy)
     found = followable(url, listed)
-    return SitemapFacts(kind=listed.kind, pages=list(found.pages), sitemaps=list(found.sitemaps), skipped=found.skipped)
+    return SitemapFacts(kind=listed.kind, pages=list(found.pages), sitemaps=list(found.sitemaps),
+                        elsewhere=list(found.elsewhere), skipped=found.skipped)
 
 
 def _like_probe(row: str, result: FetchResult, page_simhash: int, title: str | None, policy: Soft404Policy) -> bool:
@@ -234,7 +236,8 @@ class ParseFunction(FlatMapFunction):
         page = bundle["page"]
         if "sitemap" in bundle:
             self._counters["sitemaps"].inc()
-            self._counters["sitemap_urls"].inc(len(bundle["sitemap"]["pages"]) + len(bundle["sitemap"]["sitemaps"]))
+            facts = bundle["sitemap"]
+            self._counters["sitemap_urls"].inc(len(facts["pages"]) + len(facts["sitemaps"]) + len(facts["elsewhere"]))
         elif page is None:
             self._counters["skipped"].inc()
         else:

@@ -587,8 +587,8 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     own site (an unverified hint) is sent like a link (decision 1804).
     With `recent`, a link this writer sent within its window is not sent again (decision 1607);
     redirect and refresh targets always are (the frontier caps their chains).
-    A sitemap (decision 1812) sends the pages it lists (with their lastmod, priority and changefreq)
-    and, for an index, the
+    A sitemap (decision 1812) sends the pages it lists on its host (with their lastmod, priority and
+    changefreq; those on other hosts like links) and, for an index, the
     sitemaps it lists, which are fetched as sitemaps at the index's depth, like a redirected sitemap's
     target; an unchanged sitemap (an exact duplicate of its last capture) sends nothing new.
     At most MAX_URLS_PER_BATCH URLs go in one event, so a 50,000-URL sitemap stays under Kafka's
@@ -610,6 +610,7 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     if sitemap is not None and not is_alias(bundle):
         found += [(url, "sitemap", PRIORITY_SITEMAP, None, as_sitemap) for url in sitemap["sitemaps"]]
         found += [(url, "sitemap", PRIORITY_LINK, None, sitemap_hints(*hints)) for url, *hints in sitemap["pages"]]
+        found += [(url, "link", PRIORITY_LINK, None, None) for url in sitemap.get("elsewhere", ())]
     if page is not None and not is_alias(bundle) and not is_soft_404_page(bundle):
         written = page.get("written", {})
         if page["refresh"]:

@@ -906,24 +906,27 @@ def spend_page(state: HostState, now: float, budgets: BudgetPolicy) -> HostState
     return replace(state, budget=row, domain=domain)
 
 
-def robots_sitemaps(host: str, listed: list[str], depth: int, limit: int) -> tuple[list[dict[str, Any]], int]:
-    """The discovered entries (udfs.records.UrlEntry, `sitemap` set) for the first `limit` `Sitemap:`
-    URLs of the host's robots.txt that are on the host itself, and how many others were skipped
-    (another host, malformed, or over the limit; decision 1812). `depth` is the host's closest URL's."""
-    entries: list[dict[str, Any]] = []
+def robots_sitemaps(host: str, listed: list[str], depth: int, limit: int) -> tuple[dict[str, list[dict[str, Any]]], int]:
+    """The first `limit` distinct `Sitemap:` URLs of the host's robots.txt as discovered entries
+    (udfs.records.UrlEntry with `sitemap` set) grouped by the host that serves each (the frontier key),
+    and how many lines were skipped (malformed, repeated or over the limit; decision 1812). `depth` is
+    the host's closest URL's: a sitemap is as close to a seed as its host."""
+    by_host: dict[str, list[dict[str, Any]]] = {}
+    seen: set[str] = set()
     skipped = 0
     for raw in listed:
         url = normalize_url(raw) if isinstance(raw, str) else None
         try:
-            same_host = url is not None and host_key(url) == host
+            key = host_key(url) if url is not None else None
         except ValueError:
-            same_host = False
-        if not same_host or len(entries) >= limit or any(e["url"] == url for e in entries):
+            key = None
+        if key is None or url in seen or len(seen) >= limit:
             skipped += 1
             continue
-        entries.append({"url": url, "fp": url_fp(url), "depth": depth, "priority": PRIORITY_SITEMAP,
-                        "source": "sitemap", "sitemap": True})
-    return entries, skipped
+        seen.add(url)
+        by_host.setdefault(key, []).append({"url": url, "fp": url_fp(url), "depth": depth,
+                                            "priority": PRIORITY_SITEMAP, "source": "sitemap", "sitemap": True})
+    return by_host, skipped
 
 
 def sitemap_due(record: UrlRecord, lastmod: Any, state: HostState, now: float, recrawl: RecrawlPolicy) -> float | None:

@@ -543,22 +543,25 @@ class Followable:
 
     pages: (normalised URL, lastmod, priority, changefreq) of each listed page, in document order,
         without repeats.
-    sitemaps: the normalised URLs of the sitemaps an index lists.
-    skipped: listed URLs not followed (unparsable, not http(s), or on another host or scheme).
+    sitemaps: the normalised URLs of the sitemaps an index lists on its own host.
+    elsewhere: listed pages on another host or scheme: followed like links, without the hints.
+    skipped: listed URLs not followed (unparsable, repeated, or an index's sitemap on another host).
     """
 
     pages: tuple[tuple[str, int | None, float | None, str | None], ...] = ()
     sitemaps: tuple[str, ...] = ()
+    elsewhere: tuple[str, ...] = ()
     skipped: int = 0
 
 
 def followable(sitemap_url: str, result: SitemapResult) -> Followable:
     """The URLs of `result` (the sitemap fetched from `sitemap_url`) that the crawler follows.
 
-    The job fetches only sitemaps a host's own robots.txt lists, or that an index on that host names,
-    so each counts as cross-submitted by the host (decision 0402): a listed URL is followed when it is
-    on the sitemap's own scheme and host, in any directory; other hosts are not followed (decision 1812).
-    Never raises.
+    The job fetches sitemaps a robots.txt lists, or that an index on the same host names, so each
+    counts as cross-submitted by its host (decision 0402): a page on the sitemap's own scheme and host,
+    in any directory, is followed with what the sitemap says about it. A page elsewhere is followed like
+    a link on a page, without the sitemap's hints, since the sitemap speaks for its own host only; an
+    index's sitemap elsewhere is not followed (decision 1812). Never raises.
     """
     try:
         own = host_key(sitemap_url)
@@ -568,19 +571,22 @@ def followable(sitemap_url: str, result: SitemapResult) -> Followable:
     seen: set[str] = set()
     pages: list[tuple[str, int | None, float | None, str | None]] = []
     sitemaps: list[str] = []
+    elsewhere: list[str] = []
     skipped = 0
     for entry in result.entries:
         url = normalize_url(entry.loc)
         try:
             ours = url is not None and url.partition("://")[0] == scheme and host_key(url) == own
         except ValueError:
-            ours = False
-        if not ours or url in seen:
+            url = None
+        if url is None or url in seen or (result.kind == "index" and not ours):
             skipped += 1
             continue
         seen.add(url)
-        if result.kind == "index":
+        if not ours:
+            elsewhere.append(url)
+        elif result.kind == "index":
             sitemaps.append(url)
         else:
             pages.append((url, entry.lastmod, entry.priority, entry.changefreq))
-    return Followable(tuple(pages), tuple(sitemaps), skipped)
+    return Followable(tuple(pages), tuple(sitemaps), tuple(elsewhere), skipped)

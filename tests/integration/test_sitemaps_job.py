@@ -1,8 +1,9 @@
-"""Sitemaps in the real job (issues #4 and #6, decision 1812): every host's robots.txt lists a sitemap
-(half of them a sitemap index of two sitemaps); the job on a MiniCluster with a real Kafka broker.
-From the server's log: each host's sitemaps are fetched after its robots.txt, the index's children
-too. From the topics: every URL a sitemap lists comes back to its host as a `sitemap` discovery with
-its lastmod, and no sitemap is published as a page."""
+"""Sitemaps in the real job (issues #4 and #6, decision 1812): every host's robots.txt lists a sitemap:
+a sitemap, an index of two sitemaps, or a sitemap another host serves (cross-submitted); the job on a
+MiniCluster with a real Kafka broker. From the server's log: each host's sitemaps are fetched after
+its robots.txt, the index's children too, and a sitemap served elsewhere from its server. From the
+topics: every URL a sitemap lists comes back to its host, as a `sitemap` discovery with its lastmod
+from its own host's sitemap, and no sitemap is published as a page."""
 from __future__ import annotations
 
 import json
@@ -21,15 +22,20 @@ from udfs.records import TOPIC_PAGES
 pytestmark = pytest.mark.integration
 
 N_HOSTS = 6
-SEED = 5
+SEED = 8
 DELAY_S = 0.3
 DEADLINE_S = 120.0
-WEB_POLICY = WebPolicy(sitemap_share=1.0, sitemap_index_share=0.5, behaviour_share=0.0, crawl_delay_share=0.0,
-                       robots_mix=((RobotsVariant.RULES, 1.0),), shared_ip_share=0.0)
+WEB_POLICY = WebPolicy(sitemap_share=1.0, sitemap_index_share=0.34, sitemap_elsewhere_share=0.5, behaviour_share=0.0,
+                       crawl_delay_share=0.0, robots_mix=((RobotsVariant.RULES, 1.0),), shared_ip_share=0.0)
 
 
-def _sitemap_paths(host) -> set[str]:
-    return {"/sitemap_index.xml", "/sitemap-1.xml", "/sitemap-2.xml"} if host.sitemap == "index" else {"/sitemap.xml"}
+def _sitemap_requests(host) -> set[tuple[str, str]]:
+    """(server host, path) of each request that fetches `host`'s sitemaps."""
+    if host.sitemap == "elsewhere":
+        return {(host.sitemap_host, f"/sitemaps/{host.name}.xml")}
+    if host.sitemap == "index":
+        return {(host.name, path) for path in ("/sitemap_index.xml", "/sitemap-1.xml", "/sitemap-2.xml")}
+    return {(host.name, "/sitemap.xml")}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +44,8 @@ def sitemap_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factor
     described = build_web(N_HOSTS, SEED, WEB_POLICY)
     web = start_policy_web(work, N_HOSTS, SEED, WEB_POLICY)
     config = loop_config(work, web, DELAY_S)
-    wanted = {(h.name, path) for h in described.hosts for path in _sitemap_paths(h)}
+    assert {h.sitemap for h in described.hosts} == {"urlset", "index", "elsewhere"}
+    wanted = {request for h in described.hosts for request in _sitemap_requests(h)}
     try:
         client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "sitemaps-test", web.seeds)
         try:
@@ -64,23 +71,50 @@ def _requests(run) -> list[dict]:
 
 def test_each_hosts_sitemaps_are_fetched_after_its_robots_txt(sitemap_run):
     log = _requests(sitemap_run)
+    served = {(r["host"], r["path"]) for r in log}
     for host in sitemap_run["web"].hosts:
+        assert _sitemap_requests(host) <= served, (host.name, host.sitemap)
         paths = [r["path"] for r in log if r["host"] == host.name]
-        assert _sitemap_paths(host) <= set(paths), (host.name, host.sitemap, paths)
         assert paths[0] == "/robots.txt", paths
 
 
-def test_every_url_a_sitemap_lists_comes_back_as_a_sitemap_discovery_with_its_lastmod(sitemap_run):
+def _listed(run, source: str) -> dict[str, dict[str, dict]]:
+    """host → path → entry of the page URLs discovered with `source` (sitemaps themselves left out)."""
     listed: dict[str, dict[str, dict]] = {}
-    for event in sitemap_run["events"]:
+    for event in run["events"]:
         if event.get("type") == "discovered":
             for entry in event["urls"]:
-                if entry["source"] == "sitemap" and not entry.get("sitemap"):
-                    listed.setdefault(urlsplit(entry["url"]).hostname, {})[urlsplit(entry["url"]).path] = entry
+                if entry["source"] == source and not entry.get("sitemap"):
+                    split = urlsplit(entry["url"])
+                    listed.setdefault(split.hostname, {})[split.path] = entry | {"from_host": event.get("from_host")}
+    return listed
+
+
+def test_every_url_a_hosts_own_sitemap_lists_comes_back_as_a_sitemap_discovery_with_its_lastmod(sitemap_run):
+    listed = _listed(sitemap_run, "sitemap")
     for host in sitemap_run["web"].hosts:
+        if host.sitemap == "elsewhere":
+            assert host.name not in listed   # another host's sitemap does not speak for it
+            continue
         pages = {p.path for p in host.pages if p.path != "/search"}   # what the synthetic sitemap lists
         assert set(listed.get(host.name, {})) == pages, host.name
         assert all(isinstance(e["lastmod"], int) for e in listed[host.name].values())
+
+
+def test_a_sitemap_served_by_another_host_brings_its_pages_like_links(sitemap_run):
+    links: dict[str, set[tuple[str, str]]] = {}   # host → {(path, the host it was found on)}
+    for event in sitemap_run["events"]:
+        if event.get("type") == "discovered":
+            for entry in event["urls"]:
+                if entry["source"] == "link":
+                    split = urlsplit(entry["url"])
+                    links.setdefault(split.hostname, set()).add((split.path, (event.get("from_host") or "").split(":")[0]))
+    for host in sitemap_run["web"].hosts:
+        if host.sitemap == "elsewhere":
+            pages = {p.path for p in host.pages if p.path != "/search"}
+            # the writer sends a link once per window (decision 1607): one its own pages sent first is not sent again
+            assert pages <= {path for path, _ in links.get(host.name, set())}, host.name
+            assert any(found_on == host.sitemap_host for _, found_on in links[host.name]), host.name
 
 
 def test_an_index_names_its_sitemaps_which_are_fetched_as_sitemaps(sitemap_run):

@@ -174,12 +174,16 @@ def build_web(n_hosts: int, seed: int, policy: WebPolicy | None = None, *,
         sitemap = o.sitemap
         if sitemap is None and rng.random() < policy.sitemap_share:
             sitemap = "index" if rng.random() < policy.sitemap_index_share else "urlset"
+            # drawn only when asked for, so webs built without it keep their random sequence
+            if sitemap == "urlset" and hosts and policy.sitemap_elsewhere_share \
+                    and rng.random() < policy.sitemap_elsewhere_share:
+                sitemap = "elsewhere"
         hosts.append(Host(
             name=name, ip=ip, site=site,
             pages=_pages(rng, policy, len(corpus.pages), robots, behaviours),
             robots=robots, crawl_delay=delay,
             disallowed=_RULE_VARIANTS.get(robots, ()),
-            sitemap=sitemap, behaviours=behaviours,
+            sitemap=sitemap, behaviours=behaviours, sitemap_host=hosts[0].name if sitemap == "elsewhere" else None,
             robots_source=rng.randrange(len(corpus.robots_names)) if robots is RobotsVariant.REAL else None,
             gptbot_disallowed=_drawn(seed, name, "gptbot", policy.gptbot_disallow_share),
             noai=_drawn(seed, name, "noai", policy.noai_share),

@@ -87,6 +87,7 @@ class WebPolicy:
     broken_link_share: float = 0.02          # same-host links to paths that 404
     sitemap_share: float = 0.52              # hosts with a sitemap listed in robots.txt
     sitemap_index_share: float = 0.3         # of those, served as an index of two sitemaps
+    sitemap_elsewhere_share: float = 0.0     # of the others, served by the first host (cross-submitted)
     crawl_delay_share: float = 0.18          # rules hosts whose robots.txt sets Crawl-delay
     crawl_delays: tuple[float, ...] = (0.5, 1.0, 2.0)
     robots_mix: tuple[tuple[RobotsVariant, float], ...] = DEFAULT_ROBOTS_MIX
@@ -128,6 +129,7 @@ class WebPolicy:
             "broken_link_share": self.broken_link_share,
             "sitemap_share": self.sitemap_share,
             "sitemap_index_share": self.sitemap_index_share,
+            "sitemap_elsewhere_share": self.sitemap_elsewhere_share,
             "crawl_delay_share": self.crawl_delay_share,
             "behaviour_share": self.behaviour_share,
             "gptbot_disallow_share": self.gptbot_disallow_share,
@@ -190,13 +192,14 @@ class Host:
     robots: RobotsVariant
     crawl_delay: float | None      # what robots.txt declares (rules/wildcard variants only)
     disallowed: tuple[str, ...]    # path prefixes or patterns robots.txt disallows for every agent
-    sitemap: str | None            # "urlset" or "index", listed in robots.txt when it has rules
+    sitemap: str | None            # "urlset", "index" or "elsewhere", listed in robots.txt when it has rules
     behaviours: frozenset[Behaviour]
     robots_source: int | None = None   # index into the real robots corpus (REAL variant)
     robots_redirect: str | None = None  # absolute path or host name the REDIRECT variant points at
     gptbot_disallowed: bool = False    # its rules body (RULES, REDIRECT target) has `User-agent: GPTBot / Disallow: /`
     noai: bool = False                 # its HTML pages (but session-trap ones) send `X-Robots-Tag: noai`
     tdmrep_reserved: str | None = None  # the location its tdmrep.json reserves ("/" or "/<section>/"); None: no file
+    sitemap_host: str | None = None    # who serves its sitemap ("elsewhere": another host, at /sitemaps/<name>.xml)
 
     @cached_property
     def page_map(self) -> dict[str, Page]:

@@ -193,6 +193,11 @@ class Router:
     # -- sitemaps ----------------------------------------------------------------------------
 
     def _sitemap(self, host: Host, path: str) -> Reply:
+        if path.startswith("/sitemaps/"):   # another host's sitemap, cross-submitted by its robots.txt
+            owner = self.web.by_name.get(path[len("/sitemaps/"):].removesuffix(".xml"))
+            if owner is None or owner.sitemap_host != host.name:
+                return self._not_found(host, path)
+            host, path = owner, sitemap_path(owner)
         own = base_url(host.name, self.port)
         pages = [p for p in host.pages if p.path not in ("/search",)]
         half = (len(pages) + 1) // 2

@@ -25,12 +25,14 @@ def sitemap_path(host: Host) -> str | None:
     """Where the host's sitemap (urlset or index) lives, if it has one."""
     if host.sitemap is None:
         return None
+    if host.sitemap == "elsewhere":
+        return f"/sitemaps/{host.name}.xml"   # on host.sitemap_host
     return "/sitemap_index.xml" if host.sitemap == "index" else "/sitemap.xml"
 
 
 def _sitemap_lines(host: Host, port: int) -> str:
     path = sitemap_path(host)
-    return f"\nSitemap: {base_url(host.name, port)}{path}\n" if path else ""
+    return f"\nSitemap: {base_url(host.sitemap_host or host.name, port)}{path}\n" if path else ""
 
 
 def rules_body(host: Host, port: int) -> bytes:

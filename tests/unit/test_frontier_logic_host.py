@@ -83,6 +83,7 @@ class Harness:
                                      budgets=budgets, census=census, sitemaps=sitemaps)
         self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
         self.census: list[tuple[float, dict]] = []   # questions to the domain census (decision 1811)
+        self.events: list[tuple[str, str, bytes]] = []  # records for other hosts' keys (decision 1812)
         self.now = T0
         self.timers: set[int] = set()
         self.sent: list[tuple[float, dict]] = []
@@ -106,6 +107,7 @@ class Harness:
             self.timers.add(effects.timer_register_ms)
         self.sent += [(self.now, r) for r in effects.requests]
         self.census += [(self.now, q) for q in effects.census]
+        self.events += list(effects.events)
         state = self.state
         assert len(self.timers) <= 1 and (state.timer_ms == 0) == (not self.timers), "one timer per host"
         assert state.queued <= self.policy.max_queue and len(self.slots) == state.queued, "bounded queue"

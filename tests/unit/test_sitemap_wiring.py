@@ -2,6 +2,8 @@
 lease is read as a sitemap by parse, and the writer sends on the pages and sitemaps it lists."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from operators.parse import parse_result
@@ -37,12 +39,14 @@ def _bundle(body: bytes, url: str = f"{SITE}/sitemap.xml", status: int = 200, he
                          "body": body, "ip": "127.0.0.1", "started_at": 1.0, "done_at": 2.0, "truncated": None})
 
 
-def test_a_sitemap_follows_only_its_own_host_and_scheme_in_any_directory():
+def test_a_sitemap_speaks_for_its_own_host_and_scheme_in_any_directory():
     body = _urlset(f"{SITE}/a.html", f"{SITE}/deep/b.html", "http://other.example.com/c.html",
                    "https://shop.example.com/d.html", f"{SITE}/a.html", "not a url")
     found = followable(f"{SITE}/sitemaps/main.xml", parse_sitemap(body))
     assert [page[0] for page in found.pages] == [f"{SITE}/a.html", f"{SITE}/deep/b.html"]
-    assert found.skipped == 3 and found.sitemaps == ()   # "not a url" the parser already dropped
+    # pages elsewhere are followed like links; the repeat is skipped ("not a url" the parser already dropped)
+    assert found.elsewhere == ("http://other.example.com/c.html", "https://shop.example.com/d.html")
+    assert found.skipped == 1 and found.sitemaps == ()
     index = followable(f"{SITE}/index.xml", parse_sitemap(_index(f"{SITE}/s1.xml", "http://cdn.example.net/s2.xml")))
     assert index.sitemaps == (f"{SITE}/s1.xml",) and index.pages == () and index.skipped == 1
 
@@ -51,7 +55,7 @@ def test_a_sitemap_answer_is_read_as_a_sitemap_and_never_published():
     bundle = _bundle(_urlset(f"{SITE}/a.html"))
     assert bundle["page"] is None and bundle["simhash"] is None
     assert bundle["sitemap"] == {"kind": "urlset", "pages": [(f"{SITE}/a.html", 1704153600, None, None)], "sitemaps": [],
-                                 "skipped": 0}
+                                 "elsewhere": [], "skipped": 0}
     assert parsed_page(bundle, type("Where", (), {"path": "a.warc.gz", "offset": 0, "length": 1})()) is None
     # the same bytes on a page lease are a page, and an error answer is no sitemap
     assert "sitemap" not in _bundle(_urlset(f"{SITE}/a.html"), sitemap=False)
@@ -92,14 +96,16 @@ def test_a_big_sitemap_goes_out_in_batches_under_the_message_limit():
     assert [e["url"] for b in batches for e in b["urls"]] == locs
 
 
-def test_robots_sitemaps_on_the_host_are_queued_as_sitemaps_and_others_skipped():
+def test_robots_sitemaps_go_to_the_hosts_that_serve_them_up_to_the_limit():
     listed = [f"http://{HOST}/sitemap.xml", f"http://{HOST}/sitemap.xml", "http://cdn.example.net/sitemap.xml",
               "nonsense", f"http://{HOST}/news.xml", f"http://{HOST}/more.xml"]
-    entries, skipped = fl.robots_sitemaps(HOST, listed, 2, limit=2)
-    assert [(e["url"], e["depth"], e["priority"], e["source"], e["sitemap"]) for e in entries] == [
-        (f"http://{HOST}/sitemap.xml", 2, PRIORITY_SITEMAP, "sitemap", True),
-        (f"http://{HOST}/news.xml", 2, PRIORITY_SITEMAP, "sitemap", True)]
-    assert skipped == 4
+    by_host, skipped = fl.robots_sitemaps(HOST, listed, 2, limit=3)
+    assert {host: [(e["url"], e["depth"], e["priority"], e["source"], e["sitemap"]) for e in entries]
+            for host, entries in by_host.items()} == {
+        HOST: [(f"http://{HOST}/sitemap.xml", 2, PRIORITY_SITEMAP, "sitemap", True),
+               (f"http://{HOST}/news.xml", 2, PRIORITY_SITEMAP, "sitemap", True)],
+        "cdn.example.net": [("http://cdn.example.net/sitemap.xml", 2, PRIORITY_SITEMAP, "sitemap", True)]}
+    assert skipped == 3   # the repeat, the nonsense, the fourth
 
 
 def test_queue_items_and_url_records_keep_the_sitemap_flag():
@@ -115,7 +121,12 @@ def test_the_frontier_leases_the_sitemaps_robots_txt_lists_before_the_pages():
     h = Harness(politeness=POLITENESS, sitemaps=SitemapPolicy())
     (robots,) = h.discover("/a", "/b")
     h.robots(robots, body=f"/private http://{HOST}/sitemap.xml http://elsewhere.example/s.xml".encode())
-    assert h.counts["sitemaps_listed"] == 1 and h.counts["sitemaps_skipped"] == 1 and h.state.lists_sitemap
+    assert h.counts["sitemaps_listed"] == 2 and h.state.lists_sitemap
+    (elsewhere,) = h.events   # the other host's sitemap goes to its key on crawl.frontier
+    assert elsewhere[:2] == ("crawl.frontier", "elsewhere.example")
+    batch = json.loads(elsewhere[2])
+    assert (batch["type"], batch["from_host"], batch["urls"][0]["url"], batch["urls"][0]["sitemap"]) == (
+        "discovered", HOST, "http://elsewhere.example/s.xml", True)
     released = []
     for _ in range(3):
         released += h.advance(1.0)
@@ -161,3 +172,11 @@ def test_a_sitemap_listing_keeps_its_hints_on_a_new_url():
          "changefreq": "weekly"}]})
     record = fl.UrlRecord.from_row(h.urls[fl.signed_fp(url_fp(url))])
     assert (record.sitemap_priority, record.changefreq) == (0.7, "weekly")
+
+
+def test_pages_a_sitemap_lists_on_other_hosts_are_sent_like_links_without_its_hints():
+    batches = discovered_batches(_bundle(_urlset(f"{SITE}/a.html", "http://other.example.com/b.html")))
+    by_host = {b["host"]: b["urls"] for b in batches}
+    (other,) = by_host["other.example.com"]
+    assert other["source"] == "link" and "lastmod" not in other
+    assert by_host["shop.example.com"][0]["source"] == "sitemap"
