@@ -217,20 +217,37 @@ TRAP_METRICS: tuple[str, ...] = tuple(f"dropped_trap_{reason}" for reason in REA
 SESSION_CHURN_METRIC = "dropped_trap_session_id_churn"   # the session rule's rejection (udfs.traps)
 
 
-Capture = tuple[str, str, str, str | None]   # (WARC-Record-ID, target URI, WARC-Date, payload digest)
+Capture = tuple[str, str | None, str, str | None]   # (WARC-Record-ID, target URI (None: the row's URL), WARC-Date, payload digest)
 
 
 def coerce_capture(raw: Any) -> Capture | None:
     """A capture (the WARC response record a later revisit refers to) from an event or row field:
-    a dict or list of record_id, target_uri, date, payload_digest; None when malformed. Never raises."""
+    a dict or list of record_id, target_uri, date, payload_digest; None when malformed. A URL row keeps
+    the target as None when it is the row's own URL (decision 1814; `capture_of` fills it in). Never raises."""
     if isinstance(raw, dict):
         raw = [raw.get("record_id"), raw.get("target_uri"), raw.get("date"), raw.get("payload_digest")]
     if not isinstance(raw, (list, tuple)) or len(raw) != 4:
         return None
     record_id, uri, date, digest = raw
-    if not all(isinstance(v, str) and v and len(v) <= _MAX_URL_LENGTH for v in (record_id, uri, date)):
+    if not all(isinstance(v, str) and v and len(v) <= _MAX_URL_LENGTH for v in (record_id, date)):
+        return None
+    if uri is not None and not (isinstance(uri, str) and uri and len(uri) <= _MAX_URL_LENGTH):
         return None
     return record_id, uri, date, digest if isinstance(digest, str) else None
+
+
+def stored_capture(capture: Capture | None, url: str) -> Capture | None:
+    """The capture as a URL row keeps it: the target left out when it is the URL itself (decision 1814)."""
+    if capture is not None and capture[1] == url:
+        return capture[0], None, capture[2], capture[3]
+    return capture
+
+
+def capture_of(capture: Capture | None, url: str) -> Capture | None:
+    """A URL row's capture with its target filled in (the row's own URL when it was left out)."""
+    if capture is not None and capture[1] is None:
+        return capture[0], url, capture[2], capture[3]
+    return capture
 
 
 def capture_dict(capture: Capture) -> dict[str, str | None]:
@@ -331,6 +348,11 @@ class UrlRecord:
         while tail and tail[-1] in (0, None):
             tail.pop()
         if self.history is not None or self.due is not None or self.capture is not None or self.depth or tail:
+            if self.history is not None and (self.etag, self.last_modified) == (self.history.etag,
+                                                                                  self.history.last_modified):
+                row[2:4] = [None, None]   # the history holds the same validators (decision 1814)
+            if self.history is not None and self.at == self.history.last_fetch_at:
+                row[1] = None             # and the time of the fetch that set the status
             row += [RECORD_VERSION, None if self.history is None else self.history.to_row(), self.due,
                     None if self.capture is None else list(self.capture), self.depth, *tail]
         return json.dumps(row, separators=(",", ":"))
@@ -345,8 +367,12 @@ class UrlRecord:
         if fields[4] != RECORD_VERSION:
             raise ValueError(f"URL record schema version {fields[4]!r}; this release reads 1, {RECORD_VERSION}")
         history, due, capture, depth = (fields[5:9] + [None] * 4)[:4]
-        return UrlRecord(UrlStatus(status), at, etag, last_modified,
-                         None if history is None else UrlHistory.from_row(history),
+        history = None if history is None else UrlHistory.from_row(history)
+        if history is not None and etag is None and last_modified is None:
+            etag, last_modified = history.etag, history.last_modified
+        if at is None:
+            at = history.last_fetch_at if history is not None and history.last_fetch_at is not None else 0.0
+        return UrlRecord(UrlStatus(status), at, etag, last_modified, history,
                          float(due) if _number(due) is not None else None, coerce_capture(capture),
                          depth if _non_negative_int(depth) else 0, *_record_tail(fields[9:13]))
 
@@ -673,7 +699,8 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
                 return replace(state, budget=verdict.host, domain=verdict.domain), Admission(reason)
             changes["budget"], changes["domain"] = verdict.host, verdict.domain
     if record is not None:  # a recrawl: send the validators for a conditional GET
-        item = replace(item, etag=record.etag, last_modified=record.last_modified, capture=record.capture)
+        item = replace(item, etag=record.etag, last_modified=record.last_modified,
+                       capture=capture_of(record.capture, item.url))
     # one replace() per admitted URL: it is the costliest step of admission (measured)
     head, tail = state.queues[item.priority]
     changes |= {
@@ -801,7 +828,7 @@ def recrawl_item(record: UrlRecord | None, url: str, fp: int, now: float,
     value = value_weight(page_value(record, url, record.depth), recrawl)
     tier = min(tier_of(value, urgency, recrawl), RECRAWL_TIERS - 1)
     return QueueItem(url, fp, record.depth, PRIORITIES + tier, 0, record.etag, record.last_modified, 0,
-                     record.capture, sitemap=record.sitemap)
+                     capture_of(record.capture, url), sitemap=record.sitemap)
 
 
 def push_recrawl(state: HostState, item: QueueItem, due: float) -> tuple[HostState, int]:
@@ -1235,7 +1262,8 @@ def recrawl_record(state: HostState, previous: UrlRecord | None, item: QueueItem
     capture = coerce_capture(event.get("capture"))
     if capture is None and previous is not None:
         capture = previous.capture
-    record = UrlRecord(UrlStatus.DONE, now, history.etag, history.last_modified, history, due, capture, item.depth,
+    record = UrlRecord(UrlStatus.DONE, now, history.etag, history.last_modified, history, due,
+                       stored_capture(capture, item.url), item.depth,
                        item.sitemap, sitemap_priority=previous.sitemap_priority if previous is not None else None,
                        changefreq=previous.changefreq if previous is not None else None)
     return replace(state, signals=signals), record, change

@@ -58,6 +58,7 @@ __all__ = [
     "next_due",
     "observe",
     "prior_rate",
+    "short_hash",
     "refresh_cost",
     "split",
     "tier_of",
@@ -325,7 +326,7 @@ def classify(history: UrlHistory, outcome: FetchOutcome,
         return Change.NOT_MODIFIED if history.last_fetch_at is not None else None
     if not isinstance(status, int) or not 200 <= status < 300:
         return None
-    if outcome.content_hash is not None and outcome.content_hash == history.content_hash:
+    if outcome.content_hash is not None and short_hash(outcome.content_hash) == short_hash(history.content_hash):
         return Change.SAME_HASH
     if (policy.near_same_bits >= 0 and isinstance(outcome.simhash, int) and isinstance(history.simhash, int)
             and hamming(outcome.simhash, history.simhash) <= policy.near_same_bits):
@@ -333,6 +334,18 @@ def classify(history: UrlHistory, outcome: FetchOutcome,
     if history.content_hash is None and history.simhash is None:
         return None
     return Change.CHANGED
+
+
+SHORT_HASH_HEX = 16   # 64 bits: a false "unchanged" between two versions of one URL is 1 in 1.8e19
+
+
+def short_hash(content_hash: str | None) -> str | None:
+    """A payload hash as the history keeps it (decision 1814): the algorithm and the first 64 bits of
+    the digest ("sha256:" + 16 hex digits), enough to tell one URL's versions apart; anything else as is."""
+    if not isinstance(content_hash, str):
+        return None
+    algorithm, sep, digest = content_hash.partition(":")
+    return f"{algorithm}:{digest[:SHORT_HASH_HEX]}" if sep and len(digest) > SHORT_HASH_HEX else content_hash
 
 
 def observe(history: UrlHistory, fetched_at: float, outcome: FetchOutcome,
@@ -352,7 +365,7 @@ def observe(history: UrlHistory, fetched_at: float, outcome: FetchOutcome,
                           last_modified=outcome.last_modified or history.last_modified)
     else:
         updated = replace(history, last_fetch_at=float(fetched_at), etag=outcome.etag,
-                          last_modified=outcome.last_modified, content_hash=outcome.content_hash,
+                          last_modified=outcome.last_modified, content_hash=short_hash(outcome.content_hash),
                           simhash=outcome.simhash if isinstance(outcome.simhash, int) else None)
     if change is None or history.last_fetch_at is None:
         return updated

@@ -204,7 +204,7 @@ def test_a_304_keeps_validators_and_capture_and_counts_as_unchanged():
     record = h.record("/a")
     assert (record.etag, record.last_modified) == ('"v1"', "Mon, 30 Nov 2026 00:00:00 GMT")
     assert record.history.content_hash == "sha256:1"          # the stored copy's hash, not the 304's
-    assert record.capture == fl.coerce_capture(CAPTURE)       # revisits keep referring to the full capture
+    assert fl.capture_of(record.capture, f"http://{HOST}/a") == fl.coerce_capture(CAPTURE)   # the full capture
     assert h.counts["not_modified"] == 1 and h.counts["recrawl_unchanged"] == 1
     (third,) = h.pages(record.due - h.now + 61.0)
     assert third["etag"] == '"v1"' and third["revisit_of"] == CAPTURE
@@ -217,7 +217,8 @@ def test_a_new_capture_replaces_the_old_one_after_a_changed_200():
     (again,) = h.pages(h.record("/a").due - h.now + 61.0)
     newer = CAPTURE | {"record_id": "<urn:uuid:22222222-2222-4222-8222-222222222222>"}
     h.complete(again, content_hash="sha256:2", etag='"v2"', capture=newer)
-    assert h.record("/a").capture == fl.coerce_capture(newer) and h.record("/a").etag == '"v2"'
+    assert fl.capture_of(h.record("/a").capture, f"http://{HOST}/a") == fl.coerce_capture(newer)
+    assert h.record("/a").etag == '"v2"'
     assert h.counts["recrawl_changed"] == 1
 
 
@@ -426,7 +427,7 @@ def test_a_failed_refetch_keeps_the_history_unscheduled():
     h.complete(again, http_status=404, etag=None, last_modified=None)
     record = h.record("/a")
     assert record.due is None and record.history == history and record.etag == '"v1"'
-    assert record.capture == fl.coerce_capture(CAPTURE)
+    assert fl.capture_of(record.capture, f"http://{HOST}/a") == fl.coerce_capture(CAPTURE)
 
 
 def test_the_recrawl_lane_does_not_fill_the_discovery_queue_cap():
@@ -551,3 +552,19 @@ def test_a_sitemap_listing_a_fetched_page_gives_it_the_sitemaps_priority_and_cha
     (again,) = h.pages(record.due - h.now + 120.0)
     h.complete(again)                                        # the refetch keeps them for the next schedule
     assert (h.record("/a").sitemap_priority, h.record("/a").changefreq) == (1.0, "hourly")
+
+
+def test_a_fetched_urls_row_says_each_thing_once():
+    h = Harness()
+    (page,) = h.first_fetch("/a")
+    h.complete(page, capture=CAPTURE, content_hash="sha256:" + "ab" * 32)
+    row = h.urls[fl.signed_fp(url_fp(f"http://{HOST}/a"))]
+    assert row.count('v1') == 1 and row.count("Mon, 30 Nov 2026") == 1     # the validators: in the history
+    assert f"http://{HOST}/a" not in row                                    # the capture's target is the URL
+    assert "sha256:" + "ab" * 8 in row and "ab" * 9 not in row             # 64 bits of the payload hash
+    record = h.record("/a")
+    assert (record.etag, record.last_modified) == ('"v1"', "Mon, 30 Nov 2026 00:00:00 GMT")
+    (again,) = h.pages(record.due - h.now + 61.0)
+    assert again["revisit_of"] == CAPTURE and again["etag"] == '"v1"'
+    h.complete(again, content_hash="sha256:" + "ab" * 32)                   # the full hash matches the short one
+    assert h.counts["recrawl_unchanged"] == 1
