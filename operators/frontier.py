@@ -215,6 +215,7 @@ class HostFrontier:
         self._tdm_rules: OrderedDict[str, tuple[float, TdmrepRules]] = OrderedDict()
         self._due_timers: list[int] = []
         self._outbox: list[tuple[str, str, bytes]] = []   # records for other hosts' keys, sent at the call's end
+        self._admitted_total = 0   # URLs admitted by this instance: the difference over one batch is its yield
         self._bucket_ms = int(round(policy.due_bucket_s * 1000))
         self.controls = controls if controls is not None else ControlTable()
         self.seen, self.epoch = seen, epoch
@@ -236,7 +237,10 @@ class HostFrontier:
         if kind == "discovered" and isinstance(event.get("urls"), list):
             if self.budgets is not None:
                 state = fl.note_inlink(state, host, event.get("from_host"))
+            admitted = self._admitted_total
             state = self._admit_all(host, state, event["urls"], now, controls)
+            if self.due is not None and event.get("from_host") == host:
+                self._note_hub_yield(event.get("from_fp"), self._admitted_total - admitted)
         elif kind == "completion":
             state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls),
                                               *self._recrawl_args(state))
@@ -369,6 +373,8 @@ class HostFrontier:
             state, admission = fl.admit(state, item, record, rules, now, self.policy, source, self.traps,
                                         self.budgets)
             self.count(admission.verdict.value)
+            if admission.verdict is fl.Verdict.ADMITTED:
+                self._admitted_total += 1
             if admission.fast_growing:
                 self.count("hosts_fast_growing")
             if admission.verdict is fl.Verdict.ADMITTED:
@@ -395,6 +401,19 @@ class HostFrontier:
             self.count("sitemap_lastmod_forward")
         if updated != record:
             self.urls.put(key, updated.to_row())
+
+    def _note_hub_yield(self, from_fp: Any, new_urls: int) -> None:
+        """The page a same-host discovery came from brought `new_urls` new URLs: its hub yield (decision 1815)."""
+        if not isinstance(from_fp, int) or isinstance(from_fp, bool) or not 0 <= from_fp < (1 << 64):
+            return
+        key = fl.signed_fp(from_fp)
+        row = self.urls.get(key)
+        if row is None:
+            return
+        record = fl.UrlRecord.from_row(row)
+        # QUEUED too: the discoveries can overtake the page's completion (decision 1610), which keeps it
+        if record.status in (fl.UrlStatus.DONE, fl.UrlStatus.QUEUED):
+            self.urls.put(key, fl.with_hub_yield(record, new_urls).to_row())
 
     def _load_seen(self, state: fl.HostState) -> fl.HostState:
         """Add the host's known URLs to this run's filter once (after a start, restore or rescale)."""

@@ -639,7 +639,7 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
             entry.update(extra)   # type: ignore[typeddict-item]
         by_host.setdefault(host, {}).setdefault(fp, entry)
     return [DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host, urls=urls[start:start + MAX_URLS_PER_BATCH],
-                            from_host=request["host"])
+                            from_host=request["host"], from_fp=request["fp"])
             for host, entries in by_host.items()
             for urls in (list(entries.values()),) for start in range(0, len(urls), MAX_URLS_PER_BATCH)]
 

@@ -325,7 +325,8 @@ class UrlRecord:
     304 revisit refers to, and the depth that sets the page's value; then an optional tail: 1 when the
     URL is a sitemap, 1 when a sitemap lastmod brought its due time forward (the refetch then tells the
     host how accurate its lastmods are; decision 1812), and the priority and changefreq a sitemap gave
-    the page (its recrawl value and prior; decision 1813), cut after the last field that is set. A row
+    the page (its recrawl value and prior; decision 1813) and its hub yield (decision 1815), cut after
+    the last field that is set. A row
     without any of these is written in the version 1 layout, so a URL that was never fetched costs
     what it did."""
 
@@ -341,10 +342,11 @@ class UrlRecord:
     lastmod_claim: bool = False
     sitemap_priority: float | None = None
     changefreq: str | None = None
+    hub_yield: float | None = None
 
     def to_row(self) -> str:
         row: list[Any] = [self.status.value, self.at, self.etag, self.last_modified]
-        tail = [int(self.sitemap), int(self.lastmod_claim), self.sitemap_priority, self.changefreq]
+        tail = [int(self.sitemap), int(self.lastmod_claim), self.sitemap_priority, self.changefreq, self.hub_yield]
         while tail and tail[-1] in (0, None):
             tail.pop()
         if self.history is not None or self.due is not None or self.capture is not None or self.depth or tail:
@@ -374,15 +376,15 @@ class UrlRecord:
             at = history.last_fetch_at if history is not None and history.last_fetch_at is not None else 0.0
         return UrlRecord(UrlStatus(status), at, etag, last_modified, history,
                          float(due) if _number(due) is not None else None, coerce_capture(capture),
-                         depth if _non_negative_int(depth) else 0, *_record_tail(fields[9:13]))
+                         depth if _non_negative_int(depth) else 0, *_record_tail(fields[9:14]))
 
 
-def _record_tail(tail: list[Any]) -> tuple[bool, bool, float | None, str | None]:
-    """The optional tail of a URL record row (sitemap, lastmod claim, sitemap priority, changefreq);
-    a mistyped value reads as absent."""
-    sitemap, claim, priority, changefreq = (list(tail) + [0, 0, None, None][len(tail):])[:4]
+def _record_tail(tail: list[Any]) -> tuple[bool, bool, float | None, str | None, float | None]:
+    """The optional tail of a URL record row (sitemap, lastmod claim, sitemap priority, changefreq,
+    hub yield); a mistyped value reads as absent."""
+    sitemap, claim, priority, changefreq, hub = (list(tail) + [0, 0, None, None, None][len(tail):])[:5]
     return (sitemap == 1, claim == 1, float(priority) if _number(priority) is not None else None,
-            changefreq if isinstance(changefreq, str) else None)
+            changefreq if isinstance(changefreq, str) else None, float(hub) if _number(hub) is not None else None)
 
 
 def sitemap_hints(raw: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -395,13 +397,24 @@ def sitemap_hints(raw: dict[str, Any]) -> tuple[float | None, str | None]:
 
 def page_value(record: UrlRecord | None, url: str, depth: int) -> PageValue:
     """What a page is worth to the recrawl schedule (udfs.recrawl.PageValue; decisions 1102, 1813): its
-    depth, the priority and changefreq its sitemap gave, and its kind where the URL says it (a host's
-    root is its home page)."""
+    depth, how many URLs new to its host its fetches bring (hub yield, decision 1815), the priority and
+    changefreq its sitemap gave, and its kind where the URL says it (a host's root is its home page)."""
     kind = "home" if url.endswith("/") and url.count("/") == 3 else None
     if record is None:
         return PageValue(depth=depth, page_kind=kind)
-    return PageValue(depth=depth, sitemap_priority=record.sitemap_priority, changefreq=record.changefreq,
-                     page_kind=kind)
+    return PageValue(depth=depth, hub_yield=record.hub_yield or 0.0, sitemap_priority=record.sitemap_priority,
+                     changefreq=record.changefreq, page_kind=kind)
+
+
+HUB_MEMORY = 0.5   # weight of the newest fetch in a page's hub yield (a short memory: hubs change)
+
+
+def with_hub_yield(record: UrlRecord, new_urls: int) -> UrlRecord:
+    """The record after one of its fetches brought `new_urls` URLs new to its host (decision 1815): the
+    hub yield is a moving average, HUB_MEMORY on the newest fetch."""
+    old = record.hub_yield
+    value = float(new_urls) if old is None else (1.0 - HUB_MEMORY) * old + HUB_MEMORY * new_urls
+    return replace(record, hub_yield=round(value, 2))
 
 
 @dataclass(frozen=True)
@@ -1263,9 +1276,10 @@ def recrawl_record(state: HostState, previous: UrlRecord | None, item: QueueItem
     if capture is None and previous is not None:
         capture = previous.capture
     record = UrlRecord(UrlStatus.DONE, now, history.etag, history.last_modified, history, due,
-                       stored_capture(capture, item.url), item.depth,
-                       item.sitemap, sitemap_priority=previous.sitemap_priority if previous is not None else None,
-                       changefreq=previous.changefreq if previous is not None else None)
+                       stored_capture(capture, item.url), item.depth, item.sitemap,
+                       sitemap_priority=previous.sitemap_priority if previous is not None else None,
+                       changefreq=previous.changefreq if previous is not None else None,
+                       hub_yield=previous.hub_yield if previous is not None else None)
     return replace(state, signals=signals), record, change
 
 

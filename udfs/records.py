@@ -80,6 +80,9 @@ class DiscoveredBatch(TypedDict):
     # The host of the page the links were found on (writers since decision 1806; absent for seeds,
     # sitemaps and older writers): the frontier counts the other hosts linking in for importance.
     from_host: NotRequired[str]
+    # The url_fp of that page (writers since decision 1815): its host's frontier counts the new URLs the
+    # page brought to its own host, the page's hub yield for the recrawl schedule.
+    from_fp: NotRequired[int]
 
 
 class Completion(TypedDict):

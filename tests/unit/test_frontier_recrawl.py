@@ -568,3 +568,42 @@ def test_a_fetched_urls_row_says_each_thing_once():
     assert again["revisit_of"] == CAPTURE and again["etag"] == '"v1"'
     h.complete(again, content_hash="sha256:" + "ab" * 32)                   # the full hash matches the short one
     assert h.counts["recrawl_unchanged"] == 1
+
+
+def _links_from(h: Harness, source: str, *paths: str) -> list[dict]:
+    urls = [{"url": f"http://{HOST}{p}", "fp": url_fp(f"http://{HOST}{p}"), "depth": 2, "priority": 5,
+             "source": "link"} for p in paths]
+    event = {"v": 1, "type": "discovered", "host": HOST, "urls": urls, "from_host": HOST,
+             "from_fp": url_fp(f"http://{HOST}{source}")}
+    return h._apply(h.frontier.on_event(HOST, event, h.now))
+
+
+def test_a_page_that_brings_new_urls_to_its_host_is_a_hub_and_comes_back_sooner():
+    hub, leaf = Harness(), Harness()
+    for h in (hub, leaf):
+        (page,) = h.first_fetch("/a")
+        h.complete(page)
+    _links_from(hub, "/a", *(f"/new{n}" for n in range(15)))
+    _links_from(leaf, "/a", "/a")                                 # only a link it had: nothing new
+    assert (hub.record("/a").hub_yield, leaf.record("/a").hub_yield or 0.0) == (15.0, 0.0)   # 0 is not written
+    _links_from(hub, "/a", "/new0", "/new1")                     # all seen: the yield halves
+    assert hub.record("/a").hub_yield == 7.5
+    for h in (hub, leaf):
+        (again,) = h.pages(h.record("/a").due - h.now + 61.0)
+        h.complete(again)
+    assert hub.record("/a").hub_yield == 7.5                     # a refetch keeps it for the next schedule
+    hub_interval = hub.record("/a").due - hub.record("/a").history.last_fetch_at
+    leaf_interval = leaf.record("/a").due - leaf.record("/a").history.last_fetch_at
+    assert hub_interval < leaf_interval
+
+
+def test_hub_yield_is_kept_in_the_row_and_only_same_host_discoveries_count():
+    record = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, hub_yield=3.25)
+    assert fl.UrlRecord.from_row(record.to_row()) == record
+    h = Harness()
+    (page,) = h.first_fetch("/a")
+    h.complete(page)
+    urls = [{"url": f"http://{HOST}/x", "fp": url_fp(f"http://{HOST}/x"), "depth": 2, "priority": 5, "source": "link"}]
+    h._apply(h.frontier.on_event(HOST, {"v": 1, "type": "discovered", "host": HOST, "urls": urls,
+                                        "from_host": "other.example", "from_fp": url_fp(f"http://{HOST}/a")}, h.now))
+    assert h.record("/a").hub_yield is None

@@ -73,6 +73,7 @@ def test_the_writer_sends_what_a_sitemap_says_about_each_page():
 
 def test_the_writer_sends_the_listed_pages_with_their_lastmod_and_an_index_its_sitemaps():
     (batch,) = discovered_batches(_bundle(_urlset(f"{SITE}/a.html", f"{SITE}/b.html"), depth=2))
+    assert batch["from_fp"] == url_fp(f"{SITE}/sitemap.xml")   # the page they came from (decision 1815)
     assert [(e["url"], e["source"], e["depth"], e.get("lastmod"), e.get("sitemap")) for e in batch["urls"]] == [
         (f"{SITE}/a.html", "sitemap", 3, 1704153600, None), (f"{SITE}/b.html", "sitemap", 3, 1704153600, None)]
     (batch,) = discovered_batches(_bundle(_index(f"{SITE}/s1.xml", f"{SITE}/s2.xml"), url=f"{SITE}/index.xml", depth=2))
