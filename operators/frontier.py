@@ -215,7 +215,6 @@ class HostFrontier:
         self._tdm_rules: OrderedDict[str, tuple[float, TdmrepRules]] = OrderedDict()
         self._due_timers: list[int] = []
         self._outbox: list[tuple[str, str, bytes]] = []   # records for other hosts' keys, sent at the call's end
-        self._admitted_total = 0   # URLs admitted by this instance: the difference over one batch is its yield
         self._bucket_ms = int(round(policy.due_bucket_s * 1000))
         self.controls = controls if controls is not None else ControlTable()
         self.seen, self.epoch = seen, epoch
@@ -237,10 +236,9 @@ class HostFrontier:
         if kind == "discovered" and isinstance(event.get("urls"), list):
             if self.budgets is not None:
                 state = fl.note_inlink(state, host, event.get("from_host"))
-            admitted = self._admitted_total
-            state = self._admit_all(host, state, event["urls"], now, controls)
+            state, admitted = self._admit_all(host, state, event["urls"], now, controls)
             if self.due is not None and event.get("from_host") == host:
-                self._note_hub_yield(event.get("from_fp"), self._admitted_total - admitted)
+                self._note_hub_yield(event.get("from_fp"), admitted)
         elif kind == "completion":
             state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls),
                                               *self._recrawl_args(state))
@@ -340,7 +338,9 @@ class HostFrontier:
         return _with_rate(self.politeness, rate)
 
     def _admit_all(self, host: str, state: fl.HostState, entries: list[Any], now: float,
-                   controls: HostControls) -> fl.HostState:
+                   controls: HostControls) -> tuple[fl.HostState, int]:
+        """Judge each discovered entry (seen check, traps, admission); the state and how many were queued."""
+        admitted = 0
         rules = self._rules_for(host, state)
         state = self._load_seen(state)
         for raw in entries:
@@ -373,11 +373,10 @@ class HostFrontier:
             state, admission = fl.admit(state, item, record, rules, now, self.policy, source, self.traps,
                                         self.budgets)
             self.count(admission.verdict.value)
-            if admission.verdict is fl.Verdict.ADMITTED:
-                self._admitted_total += 1
             if admission.fast_growing:
                 self.count("hosts_fast_growing")
             if admission.verdict is fl.Verdict.ADMITTED:
+                admitted += 1
                 self.slots.put(admission.slot, admission.item.to_row())
                 new_record = admission.record
                 if source == "sitemap":
@@ -386,7 +385,7 @@ class HostFrontier:
                 self.urls.put(key, new_record.to_row())
                 if self.seen is not None:
                     self.seen.add(item.fp)
-        return state
+        return state, admitted
 
     def _sitemap_listed(self, key: int, item: fl.QueueItem, record: fl.UrlRecord, raw: dict[str, Any],
                         state: fl.HostState, now: float) -> None:
@@ -474,7 +473,8 @@ class HostFrontier:
                 self._outbox.append((TOPIC_FRONTIER, target, encode(batch)))
         if host not in by_host:
             return state
-        return self._admit_all(host, fl.replace(state, lists_sitemap=True), by_host[host], now, controls)
+        state, _ = self._admit_all(host, fl.replace(state, lists_sitemap=True), by_host[host], now, controls)
+        return state
 
     def _tdmrep_result(self, host: str, state: fl.HostState, event: dict[str, Any], now: float,
                        controls: HostControls) -> fl.HostState:
