@@ -41,7 +41,7 @@ from udfs.control_state import ControlTable, HostControls
 from udfs.netguard import FetchPolicy
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, TdmrepRules, ai_disallowed, parse_tdmrep, tdmrep_match
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
-from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, FetchRequest, encode, unb64
+from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, DiscoveredBatch, FetchRequest, encode, unb64
 from udfs.release_budget import ReleaseBudget
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
@@ -73,8 +73,8 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "probe_leased", "probe_suspect", "soft_404",
     # decision 1811: questions to the domain census, and its answers (a host's share of its domain's budget)
     "census_asked", "domain_shares_heard",
-    # decision 1812: sitemaps a robots.txt listed that were offered to the host's queue, and those skipped
-    # (on another host, malformed, or past sitemaps.max_per_host)
+    # decision 1812: sitemaps a robots.txt listed that were offered to the queues of the hosts serving
+    # them, and those skipped (malformed, repeated, or past sitemaps.max_per_host)
     "sitemaps_listed", "sitemaps_skipped",
     # decision 1812: fetched pages whose sitemap lastmod brought their recrawl forward
     "sitemap_lastmod_forward",
@@ -412,7 +412,9 @@ class HostFrontier:
         record = fl.UrlRecord.from_row(row)
         # QUEUED too: the discoveries can overtake the page's completion (decision 1610), which keeps it
         if record.status in (fl.UrlStatus.DONE, fl.UrlStatus.QUEUED):
-            self.urls.put(key, fl.with_hub_yield(record, new_urls).to_row())
+            updated = fl.with_hub_yield(record, new_urls)
+            if updated.hub_yield != (record.hub_yield or 0.0):   # a page that never brings any: no write
+                self.urls.put(key, updated.to_row())
 
     def _load_seen(self, state: fl.HostState) -> fl.HostState:
         """Add the host's known URLs to this run's filter once (after a start, restore or rescale)."""
@@ -469,8 +471,8 @@ class HostFrontier:
             for _ in entries:
                 self.count("sitemaps_listed")
             if target != host:
-                batch = {"v": SCHEMA_VERSION, "type": "discovered", "host": target, "urls": entries, "from_host": host}
-                self._outbox.append((TOPIC_FRONTIER, target, encode(batch)))
+                batch = DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=target, urls=entries, from_host=host)
+                self._outbox.append((TOPIC_FRONTIER, target, encode(dict(batch))))
         if host not in by_host:
             return state
         state, _ = self._admit_all(host, fl.replace(state, lists_sitemap=True), by_host[host], now, controls)

@@ -49,8 +49,8 @@ from operators.parse import ParsedBundle
 from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
 from udfs.canonical import HINT, CanonicalVerdict, judge_canonical
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, redirect_written, retry_after_seconds
-from udfs.records import (PRIORITY_SITEMAP, SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion, DiscoveredBatch,
-                          FetchResult, FetchStatus, ParsedPage, UrlEntry, encode, response_url)
+from udfs.records import (PRIORITY_SITEMAP, SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion,
+                          DiscoveredBatch, FetchResult, FetchStatus, ParsedPage, UrlEntry, encode, response_url)
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
@@ -571,8 +571,9 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
     return record
 
 
-def sitemap_hints(lastmod: int | None, priority: float | None, changefreq: str | None) -> dict[str, Any] | None:
-    """What a sitemap says about a page it lists, as UrlEntry fields (only those it gave; decisions 1812, 1813)."""
+def hint_fields(lastmod: int | None, priority: float | None, changefreq: str | None) -> dict[str, Any] | None:
+    """What a sitemap says about a page it lists, as UrlEntry fields (only those it gave; decisions 1812,
+    1813); the frontier reads them back with udfs.frontier_logic.sitemap_hints."""
     hints = {name: value for name, value in (("lastmod", lastmod), ("sitemap_priority", priority),
                                              ("changefreq", changefreq)) if value is not None}
     return hints or None
@@ -609,7 +610,7 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     sitemap = bundle.get("sitemap")
     if sitemap is not None and not is_alias(bundle):
         found += [(url, "sitemap", PRIORITY_SITEMAP, None, as_sitemap) for url in sitemap["sitemaps"]]
-        found += [(url, "sitemap", PRIORITY_LINK, None, sitemap_hints(*hints)) for url, *hints in sitemap["pages"]]
+        found += [(url, "sitemap", PRIORITY_LINK, None, hint_fields(*hints)) for url, *hints in sitemap["pages"]]
         found += [(url, "link", PRIORITY_LINK, None, None) for url in sitemap.get("elsewhere", ())]
     if page is not None and not is_alias(bundle) and not is_soft_404_page(bundle):
         written = page.get("written", {})
@@ -638,10 +639,14 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
         if extra is not None:
             entry.update(extra)   # type: ignore[typeddict-item]
         by_host.setdefault(host, {}).setdefault(fp, entry)
-    return [DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host, urls=urls[start:start + MAX_URLS_PER_BATCH],
-                            from_host=request["host"], from_fp=request["fp"])
-            for host, entries in by_host.items()
-            for urls in (list(entries.values()),) for start in range(0, len(urls), MAX_URLS_PER_BATCH)]
+    batches = []
+    for host, entries in by_host.items():
+        urls = list(entries.values())
+        for start in range(0, len(urls), MAX_URLS_PER_BATCH):
+            batches.append(DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host,
+                                           urls=urls[start:start + MAX_URLS_PER_BATCH],
+                                           from_host=request["host"], from_fp=request["fp"]))
+    return batches
 
 
 def events_for(bundle: ParsedBundle, where: Location | None,

@@ -217,7 +217,8 @@ TRAP_METRICS: tuple[str, ...] = tuple(f"dropped_trap_{reason}" for reason in REA
 SESSION_CHURN_METRIC = "dropped_trap_session_id_churn"   # the session rule's rejection (udfs.traps)
 
 
-Capture = tuple[str, str | None, str, str | None]   # (WARC-Record-ID, target URI (None: the row's URL), WARC-Date, payload digest)
+# (WARC-Record-ID, target URI (None in a URL row: the row's own URL), WARC-Date, payload digest)
+Capture = tuple[str, str | None, str, str | None]
 
 
 def coerce_capture(raw: Any) -> Capture | None:
@@ -326,9 +327,8 @@ class UrlRecord:
     URL is a sitemap, 1 when a sitemap lastmod brought its due time forward (the refetch then tells the
     host how accurate its lastmods are; decision 1812), and the priority and changefreq a sitemap gave
     the page (its recrawl value and prior; decision 1813) and its hub yield (decision 1815), cut after
-    the last field that is set. A row
-    without any of these is written in the version 1 layout, so a URL that was never fetched costs
-    what it did."""
+    the last field that is set. A row without any of these is written in the version 1 layout, so a
+    URL that was never fetched costs what it did."""
 
     status: UrlStatus
     at: float
@@ -465,7 +465,7 @@ class HostState:
     seeded: bool = False            # a seed URL of the host was admitted (raises its importance)
     min_depth: int | None = None    # the smallest depth of a URL it admitted (None = none yet)
     inlinks: tuple[int, ...] = ()   # CRC-32s of other hosts seen linking in, at most MAX_INLINK_HOSTS (decision 1806)
-    domain: BudgetRow | None = None  # the host's share of its domain's budget (None = the census has not answered; 1811)
+    domain: BudgetRow | None = None  # its share of its domain's budget (None: the census has not answered; 1811)
     census_at: float = 0.0          # when the host last asked the domain census (0 = never; decision 1811)
     lists_sitemap: bool = False     # its robots.txt lists a sitemap on the host (raises its importance; 1812)
 
@@ -946,7 +946,8 @@ def spend_page(state: HostState, now: float, budgets: BudgetPolicy) -> HostState
     return replace(state, budget=row, domain=domain)
 
 
-def robots_sitemaps(host: str, listed: list[str], depth: int, limit: int) -> tuple[dict[str, list[dict[str, Any]]], int]:
+def robots_sitemaps(host: str, listed: list[str], depth: int,
+                    limit: int) -> tuple[dict[str, list[dict[str, Any]]], int]:
     """The first `limit` distinct `Sitemap:` URLs of the host's robots.txt as discovered entries
     (udfs.records.UrlEntry with `sitemap` set) grouped by the host that serves each (the frontier key),
     and how many lines were skipped (malformed, repeated or over the limit; decision 1812). `depth` is

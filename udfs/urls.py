@@ -333,13 +333,6 @@ def registrable_domain(host: str) -> str:
     return _registrable(host.lower())
 
 
-_IPV4 = re.compile(r"\d+(\.\d+){3}")
-
-
-def _is_ipv4(name: str) -> bool:
-    return _IPV4.fullmatch(name) is not None
-
-
 @functools.lru_cache(maxsize=65536)
 def _registrable(host: str) -> str:
     global _extractor
@@ -351,7 +344,7 @@ def _registrable(host: str) -> str:
     parts = _extractor(name)
     if not parts.suffix:
         labels = name.split(".")
-        if len(labels) < 3 or _is_ipv4(name):   # one or two labels: the name is its own domain
+        if len(labels) < 3 or parts.ipv4:   # an address, or one or two labels: the name is its own domain
             return name
         return ".".join(labels[-2:])
     if not parts.domain:
