@@ -129,6 +129,14 @@ class Fetcher:
             await self._session.close()
             self._session = None
 
+    async def address(self, host: str) -> str | None:
+        """The guarded address a fetch of `host` would connect to, or None when it has none (the fetch
+        then reports why). Uncounted: the fetch resolves again, from the cache this call filled."""
+        try:
+            return (await self._resolver.addresses(host, counted=False))[0]
+        except ResolveFailure:
+            return None
+
     async def fetch(self, request: FetchRequest) -> FetchResult:
         """One FetchResult for `request`; never raises (fetch limits, ARCHITECTURE.md §7)."""
         result = await self._fetch(request)
@@ -222,7 +230,8 @@ class Fetcher:
                     exchange.headers = []
                     return FetchStatus.ERROR, f"header_too_large: response head {head_size} bytes over {policy.max_header_bytes}"
                 if (not robots and 200 <= response.status < 300
-                        and not policy.content_type_allowed(header_value(exchange.headers, "content-type"))):
+                        and not policy.content_type_allowed(header_value(exchange.headers, "content-type"),
+                                                            sitemap=request.get("sitemap") is True)):
                     return FetchStatus.BAD_CONTENT_TYPE, f"content type {header_value(exchange.headers, 'content-type')!r} not allowed"
                 if robots:
                     # robots.txt is small by nature: both its wire and its decoded size stop at the robots cap.
@@ -356,7 +365,8 @@ class FetchFunction(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self._tally = FetchTally()
         fetcher = Fetcher(self._policy, load_pins(self._policy), tally=self._tally)
-        self._loop = FetchLoop(fetcher.fetch, self._gate, self._capacity, total_timeout_s=self._policy.total_timeout_s)
+        self._loop = FetchLoop(fetcher.fetch, self._gate, self._capacity, total_timeout_s=self._policy.total_timeout_s,
+                               locate=fetcher.address)
         self._loop.on_stop(fetcher.close)
         self._loop.start()
         self._poll_at = 0

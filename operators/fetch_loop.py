@@ -11,6 +11,10 @@ lock. The gate's decisions are the pure ones of `udfs.ip_gate`; its rows live in
 request only waits here while an earlier fetch on its address runs, and one lost in a crash comes
 back when its frontier lease expires (ARCHITECTURE.md §1 lease, at-least-once).
 
+A request whose address the frontier does not know yet (a host resolved by DNS, before its first
+fetch came back) is resolved when it arrives, before it waits at the gate, and waits at the gate of
+that address: two new host names on one server never have requests open together (decision 1818).
+
 No PyFlink import: tests drive it against real sockets without a cluster.
 """
 from __future__ import annotations
@@ -22,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
+from urllib.parse import urlsplit
 
 from udfs import ip_gate as ig
 from udfs.fetch_status import fetch_result
@@ -34,6 +39,8 @@ GATE_COUNTS = ("queued", "released", "refused", "done", "expired", "stale", "too
 _NO_LEASE_DEADLINE_S = 365 * 24 * 3600.0
 
 Fetch = Callable[[FetchRequest], Coroutine[Any, Any, FetchResult]]
+# Host name → the address its fetch will connect to, or None when it has none (the fetch then says why).
+Locate = Callable[[str], Coroutine[Any, Any, "str | None"]]
 
 
 class FetchLoop:
@@ -41,15 +48,17 @@ class FetchLoop:
 
     `capacity` bounds the fetches running at once; a request the gate releases while all are busy
     waits in a short ready line, and `saturated()` tells the operator to stop handing in more (so
-    back pressure reaches Flink instead of a queue growing here).
+    back pressure reaches Flink instead of a queue growing here). With `locate`, a request without an
+    `ip` is resolved first and gated under the address found.
     """
 
     def __init__(self, fetch: Fetch, policy: ig.IpGatePolicy = ig.DEFAULT_IP_GATE_POLICY, capacity: int = 256,
                  clock: Callable[[], float] = time.time, occupancy: Occupancy | None = None,
-                 total_timeout_s: float = 10.0) -> None:
+                 total_timeout_s: float = 10.0, locate: Locate | None = None) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
         self._fetch = fetch
+        self._locate = locate
         self._policy = dataclasses.replace(policy, lease_timeout_s=_NO_LEASE_DEADLINE_S)
         self._capacity = capacity
         self._clock = clock
@@ -69,6 +78,7 @@ class FetchLoop:
         self.counts: dict[str, int] = dict.fromkeys(GATE_COUNTS, 0)
         self.running = 0          # fetches in flight
         self.waiting = 0          # requests queued at their address
+        self.locating = 0         # requests whose address is being looked up
         self.saturated_keys = 0   # addresses whose every slot is taken
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -147,15 +157,36 @@ class FetchLoop:
     def idle(self) -> bool:
         """Nothing handed in and not yet taken, queued, running or waiting to be drained."""
         return (self._offered == self._submitted
-                and not (self.running or self.waiting or self._ready or self._results or self._gates))
+                and not (self.running or self.waiting or self.locating or self._ready or self._results
+                         or self._gates))
 
     # ---- loop thread -----------------------------------------------------------------------------
 
     def _offer(self, request: FetchRequest) -> None:
+        if self._locate is not None and not request.get("ip"):
+            self.locating += 1   # before `_offered`: `idle()` must see the request somewhere
+            self._spawn(self._located(request))
+        else:
+            self._gate(request)
+        self._offered += 1   # last: `idle()` must see the request in the gate before it stops counting it
+
+    def _gate(self, request: FetchRequest) -> None:
         key = ig.gate_key(dict(request))
         state = self._gates.get(key, ig.GateState())
         self._apply(key, state, ig.on_event(state, key, dict(request), self._clock(), self._policy))
-        self._offered += 1   # last: `idle()` must see the request in the gate before it stops counting it
+
+    async def _located(self, request: FetchRequest) -> None:
+        """Gate `request` under its host's address once resolved; under its host when it has none."""
+        assert self._locate is not None
+        try:
+            address = await self._locate(urlsplit(str(request.get("url", ""))).hostname or "")
+        except asyncio.CancelledError:
+            self.locating -= 1
+            raise
+        except Exception:  # noqa: BLE001 - a resolver bug costs the look-ahead, never the request
+            address = None
+        self._gate(FetchRequest({**request, "ip": address}) if address else request)  # type: ignore[typeddict-item]
+        self.locating -= 1   # after: the request is in the gate now
 
     def _finished(self, key: str, request: FetchRequest, fetch_status: Any) -> None:
         state = self._gates.get(key, ig.GateState())
@@ -211,7 +242,12 @@ class FetchLoop:
             return
         self.running += 1
         self.occupancy.start()
-        task = self._loop.create_task(self._run(key, request))
+        self._spawn(self._run(key, request))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` on the loop, holding its task until it ends (stop() cancels what is left)."""
+        assert self._loop is not None
+        task = self._loop.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -357,6 +357,11 @@ class HostFrontier:
             # "maybe") comes before the trap rules, which then judge only URLs that could be admitted.
             record = self._record_of(key, item.fp)
             if record is not None and fl.in_cycle(record, now, self.policy):
+                if item.sitemap_for and record.sitemap and record.sitemap_for is None:
+                    # another host's robots.txt lists a sitemap known here: from its next fetch on, it
+                    # speaks for that host too (decision 1816; one submitting host per sitemap)
+                    record = fl.replace(record, sitemap_for=item.sitemap_for)
+                    self.urls.put(key, record.to_row())
                 if source == "sitemap" and self.due is not None:
                     self._sitemap_listed(key, item, record, raw, state, now)
                 self.count((fl.Verdict.REDIRECT_LOOP if source == "redirect" else fl.Verdict.SEEN).value)

@@ -55,8 +55,9 @@ class SitemapFacts(TypedDict):
     """What the WARC writer sends on from a fetched sitemap (decision 1812; udfs.sitemaps.followable)."""
 
     kind: str                                        # "urlset", "index", "text", "feed" or "unknown"
-    pages: list[tuple[str, int | None, float | None, str | None]]  # (normalised URL, lastmod, priority, changefreq)
-    sitemaps: list[str]                              # the sitemaps an index lists
+    # (normalised URL, lastmod, priority, changefreq) of the pages it speaks for: its host's and its submitter's
+    pages: list[tuple[str, int | None, float | None, str | None]]
+    sitemaps: list[str]                              # the sitemaps an index lists (on those hosts)
     elsewhere: list[str]                             # listed pages on other hosts: followed like links
     skipped: int                                     # listed URLs not followed (unparsable, repeated)
 
@@ -114,11 +115,13 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
 
 
 def sitemap_facts(result: FetchResult, policy: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> SitemapFacts:
-    """The URLs a fetched sitemap lists that the crawler follows (udfs.sitemaps; decision 1812)."""
+    """The URLs a fetched sitemap lists that the crawler follows (udfs.sitemaps; decision 1812): pages on
+    its own host and, when another host's robots.txt listed it (`sitemap_for`), on that host too (1816).
+    A gzip body is inflated whatever its Content-Type says (`application/gzip`; decision 1817)."""
     url = response_url(result)
     listed = parse_sitemap(result["body"], url=url, content_type=header_value(result["headers"], "content-type"),
                            policy=policy)
-    found = followable(url, listed)
+    found = followable(url, listed, result["request"].get("sitemap_for"))
     return SitemapFacts(kind=listed.kind, pages=list(found.pages), sitemaps=list(found.sitemaps),
                         elsewhere=list(found.elsewhere), skipped=found.skipped)
 

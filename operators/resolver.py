@@ -1,8 +1,10 @@
 """The fetcher's resolver: host → addresses that passed the SSRF guard, cached, and aiohttp's only resolver.
 
-Static pins (the host map) win over DNS; DNS answers and failures are cached with bounded TTLs. The
-connection is made to the guarded address itself, so DNS rebinding cannot swap it (docs/decisions/0900).
-It counts its answers in plain integers (`counts`), which the fetch operator publishes (docs/metrics.md).
+Static pins (the host map) win over DNS; DNS answers and failures are cached with bounded TTLs, and
+an answer still in use near the end of its TTL is looked up again in the background, so a host that
+keeps getting requests never waits for DNS (decision 1818). The connection is made to the guarded
+address itself, so DNS rebinding cannot swap it (docs/decisions/0900). It counts its answers in plain
+integers (`counts`), which the fetch operator publishes (docs/metrics.md).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from udfs.records import FetchStatus
 
 
 # The resolver's counts, published as `fetch.<name>` counters (docs/metrics.md).
-RESOLVER_COUNTS = ("dns_pinned", "dns_cache_hits", "dns_lookups", "dns_failures", "ssrf_blocked")
+RESOLVER_COUNTS = ("dns_pinned", "dns_cache_hits", "dns_lookups", "dns_prefetches", "dns_failures", "ssrf_blocked")
 
 
 class ResolveFailure(Exception):
@@ -46,7 +48,9 @@ class GuardedResolver(AbstractResolver):
 
     Static pins win over DNS. DNS answers (and failures) are cached in a bounded LRU for
     `dns_ttl_s` (`dns_negative_ttl_s`); every answer is re-checked against the guard on each use.
-    A name with any refused address is refused as a whole (fail closed).
+    A cached answer used in the last `dns_prefetch_share` of its TTL is refreshed in the background
+    (one lookup per name at a time) while the cached one keeps answering. A name with any refused
+    address is refused as a whole (fail closed).
     """
 
     def __init__(self, policy: FetchPolicy, pins: dict[str, tuple[str, ...]],
@@ -55,16 +59,18 @@ class GuardedResolver(AbstractResolver):
         self._pins = pins
         self._monotonic = monotonic
         self._cache: collections.OrderedDict[str, tuple[float, tuple[str, ...] | str]] = collections.OrderedDict()
+        self._refreshing: dict[str, asyncio.Task] = {}
         self.counts: dict[str, int] = dict.fromkeys(RESOLVER_COUNTS, 0)
 
-    async def addresses(self, host: str) -> tuple[str, ...]:
-        """Guarded addresses for `host` (a name or an IP literal); raises ResolveFailure."""
+    async def addresses(self, host: str, counted: bool = True) -> tuple[str, ...]:
+        """Guarded addresses for `host` (a name or an IP literal); raises ResolveFailure. With `counted`
+        false (a look ahead of the fetch, which resolves again) only real DNS queries are counted."""
         literal = _ip_literal(host)
-        candidates = (literal,) if literal else await self._lookup(host)
+        candidates = (literal,) if literal else await self._lookup(host, counted)
         for address in candidates:
             verdict = self._policy.classify(address)
             if not verdict.allowed:
-                self.counts["ssrf_blocked"] += 1
+                self._count("ssrf_blocked", counted)
                 raise ResolveFailure(FetchStatus.BLOCKED, f"{host}: {verdict.reason}")
         return candidates
 
@@ -83,28 +89,43 @@ class GuardedResolver(AbstractResolver):
                               family=socket.AF_INET6 if ":" in address else socket.AF_INET)]
 
     async def close(self) -> None:
-        """Nothing to release: the cache is plain memory."""
+        """Stop the background refreshes; the cache is plain memory."""
+        for task in list(self._refreshing.values()):
+            task.cancel()
+        await asyncio.gather(*self._refreshing.values(), return_exceptions=True)
+        self._refreshing.clear()
 
-    async def _lookup(self, host: str) -> tuple[str, ...]:
+    def _count(self, name: str, counted: bool = True) -> None:
+        if counted:
+            self.counts[name] += 1
+
+    async def _lookup(self, host: str, counted: bool) -> tuple[str, ...]:
         name = normalize_hostname(host)
         if name is None:
-            self.counts["dns_failures"] += 1
+            self._count("dns_failures", counted)
             raise ResolveFailure(FetchStatus.DNS_ERROR, f"{host!r} is not a valid host name")
         if name in self._pins:
-            self.counts["dns_pinned"] += 1
+            self._count("dns_pinned", counted)
             return self._pins[name]
         now = self._monotonic()
         cached = self._cache.get(name)
         if cached is not None and cached[0] > now:
             self._cache.move_to_end(name)
-            self.counts["dns_cache_hits"] += 1
-            if isinstance(cached[1], str):
-                self.counts["dns_failures"] += 1
-                raise ResolveFailure(FetchStatus.DNS_ERROR, cached[1])
-            return cached[1]
-        if not self._policy.resolve_dns:
-            self.counts["dns_failures"] += 1
-            raise ResolveFailure(FetchStatus.DNS_ERROR, f"{name} is not in the host map and DNS is off")
+            self._count("dns_cache_hits", counted)
+            answer = cached[1]
+            if not isinstance(answer, str) and cached[0] - now < self._policy.dns_prefetch_share * self._policy.dns_ttl_s:
+                self._refresh_soon(name)
+        elif not self._policy.resolve_dns:
+            answer = f"{name} is not in the host map and DNS is off"
+        else:
+            answer = await self._query(name)
+        if isinstance(answer, str):
+            self._count("dns_failures", counted)
+            raise ResolveFailure(FetchStatus.DNS_ERROR, answer)
+        return answer
+
+    async def _query(self, name: str) -> tuple[str, ...] | str:
+        """Ask DNS for `name` and cache the answer (addresses, or the failure's text) for its TTL."""
         self.counts["dns_lookups"] += 1
         try:
             infos = await asyncio.get_running_loop().getaddrinfo(name, None, type=socket.SOCK_STREAM)
@@ -112,14 +133,24 @@ class GuardedResolver(AbstractResolver):
             ttl = self._policy.dns_ttl_s
         except OSError as exc:
             answer, ttl = f"{name}: {exc.strerror or exc}", self._policy.dns_negative_ttl_s
-        self._cache[name] = (now + ttl, answer)
+        if isinstance(answer, str) and name in self._refreshing:
+            cached = self._cache.get(name)
+            if cached is not None and not isinstance(cached[1], str):
+                return answer   # a failed refresh keeps the good answer until it expires
+        self._cache[name] = (self._monotonic() + ttl, answer)
         self._cache.move_to_end(name)
         while len(self._cache) > self._policy.dns_cache_size:
             self._cache.popitem(last=False)
-        if isinstance(answer, str):
-            self.counts["dns_failures"] += 1
-            raise ResolveFailure(FetchStatus.DNS_ERROR, answer)
         return answer
+
+    def _refresh_soon(self, name: str) -> None:
+        """Look `name` up again in the background, unless a lookup of it already runs."""
+        if name in self._refreshing:
+            return
+        self.counts["dns_prefetches"] += 1
+        task = asyncio.get_running_loop().create_task(self._query(name))
+        self._refreshing[name] = task
+        task.add_done_callback(lambda _: self._refreshing.pop(name, None))
 
 
 def _ip_literal(host: str) -> str | None:

@@ -50,7 +50,8 @@ from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
 from udfs.canonical import HINT, CanonicalVerdict, judge_canonical
 from udfs.fetch_status import header_value, is_complete_page, redirect_target, redirect_written, retry_after_seconds
 from udfs.records import (PRIORITY_SITEMAP, SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion,
-                          DiscoveredBatch, FetchResult, FetchStatus, ParsedPage, UrlEntry, encode, response_url)
+                          DiscoveredBatch, FetchRequest, FetchResult, FetchStatus, ParsedPage, UrlEntry, encode,
+                          response_url)
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
@@ -579,6 +580,18 @@ def hint_fields(lastmod: int | None, priority: float | None, changefreq: str | N
     return hints or None
 
 
+def as_sitemap_fields(request: FetchRequest, depth: int) -> dict[str, Any] | None:
+    """The UrlEntry fields that make a URL a sitemap's successor (an index's sitemap, a redirected
+    sitemap's target): a sitemap at `depth`, for the host that submitted this one (decisions 1812, 1816);
+    None when the request is no sitemap."""
+    if request.get("sitemap") is not True:
+        return None
+    fields: dict[str, Any] = {"sitemap": True, "depth": depth}
+    if isinstance(request.get("sitemap_for"), str):
+        fields["sitemap_for"] = request["sitemap_for"]
+    return fields
+
+
 def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -> list[DiscoveredBatch]:
     """New URLs grouped by target host (one event per host): followable links, redirect and refresh targets.
 
@@ -588,10 +601,11 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     own site (an unverified hint) is sent like a link (decision 1804).
     With `recent`, a link this writer sent within its window is not sent again (decision 1607);
     redirect and refresh targets always are (the frontier caps their chains).
-    A sitemap (decision 1812) sends the pages it lists on its host (with their lastmod, priority and
-    changefreq; those on other hosts like links) and, for an index, the
-    sitemaps it lists, which are fetched as sitemaps at the index's depth, like a redirected sitemap's
-    target; an unchanged sitemap (an exact duplicate of its last capture) sends nothing new.
+    A sitemap (decision 1812) sends the pages it lists on its host, and on the host whose robots.txt
+    submitted it (`sitemap_for`, decision 1816), with their lastmod, priority and changefreq (those on
+    other hosts like links) and, for an index, the sitemaps it lists, which are fetched as sitemaps at
+    the index's depth, like a redirected sitemap's target, for the same submitting host; an unchanged
+    sitemap (an exact duplicate of its last capture) sends nothing new.
     At most MAX_URLS_PER_BATCH URLs go in one event, so a 50,000-URL sitemap stays under Kafka's
     default message size.
     """
@@ -603,7 +617,7 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     found: list[tuple[str, str, int, str | None, dict[str, Any] | None]] = []
     final_url = response_url(result)
     redirect = redirect_target(final_url, result["http_status"], result["headers"])
-    as_sitemap = {"sitemap": True, "depth": depth - 1} if request.get("sitemap") is True else None
+    as_sitemap = as_sitemap_fields(request, depth - 1)
     if redirect is not None:
         found.append((redirect, "redirect", PRIORITY_REDIRECT, redirect_written(final_url, result["headers"], redirect),
                       as_sitemap))

@@ -91,6 +91,7 @@ DUE_ROW_VERSION = 1             # due-bucket rows: [1, [url key, url], ...]; unv
 RECORD_VERSION = 2              # URL-table rows: 1 = [status, at, etag, last_modified]; 2 adds the recrawl fields
 SLOT_SPAN = 1 << 40             # slot key = priority * SLOT_SPAN + seq; fits a signed Java long
 _MAX_URL_LENGTH = 8192          # a longer "url" in an event is malformed, whatever the URL policy allows
+_MAX_HOST_KEY_LENGTH = 300      # a DNS name (253) and a port, or a bracketed IPv6 address and a port
 
 
 @dataclass(frozen=True)
@@ -264,7 +265,9 @@ class QueueItem:
     (QUEUE_ROW_VERSION). Rows written before versions start with the URL (version 1: seven to nine
     fields; 0 hops, no capture). `priority` is the queue index: 0-9 the discovery priorities,
     PRIORITIES + t the recrawl tier t. `written` is the URL in the query order its page wrote, when
-    sorting changed it (decision 1807); `sitemap`: the URL is a sitemap, fetched and read as one (1812)."""
+    sorting changed it (decision 1807); `sitemap`: the URL is a sitemap, fetched and read as one (1812);
+    `sitemap_for`: the host key of another host whose robots.txt listed the sitemap, which it then
+    speaks for too (decision 1816). The row's sitemap field is 1, or that host key when there is one."""
 
     url: str
     fp: int
@@ -277,6 +280,7 @@ class QueueItem:
     capture: Capture | None = None  # the previous capture, for a 304's revisit record (recrawls only)
     written: str | None = None
     sitemap: bool = False
+    sitemap_for: str | None = None
 
     @property
     def recrawl(self) -> bool:
@@ -291,7 +295,7 @@ class QueueItem:
         if self.written is not None or self.sitemap:
             row.append(self.written)
         if self.sitemap:
-            row.append(1)
+            row.append(self.sitemap_for or 1)
         return json.dumps(row, separators=(",", ":"))
 
     @staticmethod
@@ -304,7 +308,16 @@ class QueueItem:
             fields = fields[1:]
         capture = coerce_capture(fields[8]) if len(fields) > 8 else None
         written = fields[9] if len(fields) > 9 and isinstance(fields[9], str) else None
-        return QueueItem(*fields[:8], capture=capture, written=written, sitemap=len(fields) > 10 and fields[10] == 1)
+        sitemap, sitemap_for = _sitemap_field(fields[10] if len(fields) > 10 else None)
+        return QueueItem(*fields[:8], capture=capture, written=written, sitemap=sitemap, sitemap_for=sitemap_for)
+
+
+def _sitemap_field(value: Any) -> tuple[bool, str | None]:
+    """(sitemap, sitemap_for) of a queue or URL row's sitemap field: 1, or the submitting host's key
+    (decision 1816); anything else is not a sitemap."""
+    if isinstance(value, str) and value:
+        return True, value
+    return value == 1 and not isinstance(value, bool), None
 
 
 class UrlStatus(str, enum.Enum):
@@ -324,11 +337,12 @@ class UrlRecord:
     last_modified]`; version 2 rows add `2, history, due, capture, depth` (decision 1110): the
     udfs.recrawl.UrlHistory row, the due time (epoch seconds; None = not scheduled), the WARC capture a
     304 revisit refers to, and the depth that sets the page's value; then an optional tail: 1 when the
-    URL is a sitemap, 1 when a sitemap lastmod brought its due time forward (the refetch then tells the
-    host how accurate its lastmods are; decision 1812), and the priority and changefreq a sitemap gave
-    the page (its recrawl value and prior; decision 1813) and its hub yield (decision 1815), cut after
-    the last field that is set. A row without any of these is written in the version 1 layout, so a
-    URL that was never fetched costs what it did."""
+    URL is a sitemap (the host key of another host whose robots.txt listed it instead, when there is
+    one: `sitemap_for`, decision 1816), 1 when a sitemap lastmod brought its due time forward (the
+    refetch then tells the host how accurate its lastmods are; decision 1812), and the priority and
+    changefreq a sitemap gave the page (its recrawl value and prior; decision 1813) and its hub yield
+    (decision 1815), cut after the last field that is set. A row without any of these is written in
+    the version 1 layout, so a URL that was never fetched costs what it did."""
 
     status: UrlStatus
     at: float
@@ -343,10 +357,12 @@ class UrlRecord:
     sitemap_priority: float | None = None
     changefreq: str | None = None
     hub_yield: float | None = None
+    sitemap_for: str | None = None
 
     def to_row(self) -> str:
         row: list[Any] = [self.status.value, self.at, self.etag, self.last_modified]
-        tail = [int(self.sitemap), int(self.lastmod_claim), self.sitemap_priority, self.changefreq, self.hub_yield]
+        tail = [(self.sitemap_for or 1) if self.sitemap else 0, int(self.lastmod_claim), self.sitemap_priority,
+                self.changefreq, self.hub_yield]
         while tail and tail[-1] in (0, None):
             tail.pop()
         if self.history is not None or self.due is not None or self.capture is not None or self.depth or tail:
@@ -376,15 +392,18 @@ class UrlRecord:
             at = history.last_fetch_at if history is not None and history.last_fetch_at is not None else 0.0
         return UrlRecord(UrlStatus(status), at, etag, last_modified, history,
                          float(due) if _number(due) is not None else None, coerce_capture(capture),
-                         depth if _non_negative_int(depth) else 0, *_record_tail(fields[9:14]))
+                         depth if _non_negative_int(depth) else 0, **_record_tail(fields[9:14]))
 
 
-def _record_tail(tail: list[Any]) -> tuple[bool, bool, float | None, str | None, float | None]:
-    """The optional tail of a URL record row (sitemap, lastmod claim, sitemap priority, changefreq,
-    hub yield); a mistyped value reads as absent."""
+def _record_tail(tail: list[Any]) -> dict[str, Any]:
+    """The optional tail of a URL record row (sitemap or its submitting host, lastmod claim, sitemap
+    priority, changefreq, hub yield) as UrlRecord fields; a mistyped value reads as absent."""
     sitemap, claim, priority, changefreq, hub = (list(tail) + [0, 0, None, None, None][len(tail):])[:5]
-    return (sitemap == 1, claim == 1, float(priority) if _number(priority) is not None else None,
-            changefreq if isinstance(changefreq, str) else None, float(hub) if _number(hub) is not None else None)
+    is_sitemap, sitemap_for = _sitemap_field(sitemap)
+    return {"sitemap": is_sitemap, "lastmod_claim": claim == 1,
+            "sitemap_priority": float(priority) if _number(priority) is not None else None,
+            "changefreq": changefreq if isinstance(changefreq, str) else None,
+            "hub_yield": float(hub) if _number(hub) is not None else None, "sitemap_for": sitemap_for}
 
 
 def sitemap_hints(raw: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -598,9 +617,11 @@ def due_row(entries: list[list[Any]]) -> str:
 def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueItem | Verdict:
     """A `UrlEntry` of a discovered batch as a QueueItem, or the Verdict that drops it (never raises).
 
-    MALFORMED: missing or mistyped fields. WRONG_HOST: the URL is not on `host` by `host_of`
-    (udfs.urls.host_key), so this host's robots.txt and politeness must not judge it.
-    A missing `redirect_hops` reads as 0 (decision 0804: the WARC writer must set source hops + 1).
+    MALFORMED: missing or mistyped fields, or a `sitemap_for` that is not a host key. WRONG_HOST: the
+    URL is not on `host` by `host_of` (udfs.urls.host_key), so this host's robots.txt and politeness
+    must not judge it. A missing `redirect_hops` reads as 0 (decision 0804: the WARC writer must set
+    source hops + 1). A well-formed `sitemap_for` is kept only on a sitemap of another host than the one
+    it names (decision 1816): on a page, or on that host's own sitemap, it says nothing.
     """
     if not isinstance(raw, dict):
         return Verdict.MALFORMED
@@ -614,13 +635,27 @@ def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueIte
         return Verdict.MALFORMED
     if not isinstance(priority, int) or isinstance(priority, bool):
         return Verdict.MALFORMED
+    sitemap, sitemap_for = raw.get("sitemap") is True, raw.get("sitemap_for")
+    if sitemap_for is not None and not is_host_key(sitemap_for):
+        return Verdict.MALFORMED
     try:
         if host_of(url) != host:
             return Verdict.WRONG_HOST
     except (ValueError, TypeError):
         return Verdict.MALFORMED
     return QueueItem(url, fp, depth, min(max(priority, 0), PRIORITIES - 1), redirect_hops=hops,
-                     written=_written_form(raw.get("written"), url), sitemap=raw.get("sitemap") is True)
+                     written=_written_form(raw.get("written"), url), sitemap=sitemap,
+                     sitemap_for=sitemap_for if sitemap and sitemap_for != host else None)
+
+
+def is_host_key(value: Any) -> bool:
+    """Whether `value` is a host key as udfs.urls.host_key writes it (`host[:port]`, normalised: lower
+    case, punycode, no default port). Never raises."""
+    if not isinstance(value, str) or not 0 < len(value) <= _MAX_HOST_KEY_LENGTH or not value.isprintable() \
+            or any(c in "/?#@\\ " for c in value):
+        return False
+    # A default port is dropped only under its own scheme: "host:80" is the key of https://host:80/.
+    return any(normalize_url(f"{scheme}://{value}/") == f"{scheme}://{value}/" for scheme in ("http", "https"))
 
 
 def _written_form(written: Any, url: str) -> str | None:
@@ -734,7 +769,8 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         else:
             changes["growth_urls"] = state.growth_urls + 1
             fast_growing = changes["growth_urls"] == policy.fast_growth_urls + 1
-    new_record = (UrlRecord(UrlStatus.QUEUED, now, item.etag, item.last_modified, sitemap=item.sitemap)
+    new_record = (UrlRecord(UrlStatus.QUEUED, now, item.etag, item.last_modified, sitemap=item.sitemap,
+                            sitemap_for=item.sitemap_for)
                   if record is None else replace(record, status=UrlStatus.QUEUED, at=now))
     admission = Admission(Verdict.ADMITTED, slot_key(item.priority, tail), item, new_record, fast_growing)
     return replace(state, **changes), admission
@@ -841,7 +877,7 @@ def recrawl_item(record: UrlRecord | None, url: str, fp: int, now: float,
     value = value_weight(page_value(record, url, record.depth), recrawl)
     tier = min(tier_of(value, urgency, recrawl), RECRAWL_TIERS - 1)
     return QueueItem(url, fp, record.depth, PRIORITIES + tier, 0, record.etag, record.last_modified, 0,
-                     capture_of(record.capture, url), sitemap=record.sitemap)
+                     capture_of(record.capture, url), sitemap=record.sitemap, sitemap_for=record.sitemap_for)
 
 
 def push_recrawl(state: HostState, item: QueueItem, due: float) -> tuple[HostState, int]:
@@ -951,7 +987,8 @@ def robots_sitemaps(host: str, listed: list[str], depth: int,
     """The first `limit` distinct `Sitemap:` URLs of the host's robots.txt as discovered entries
     (udfs.records.UrlEntry with `sitemap` set) grouped by the host that serves each (the frontier key),
     and how many lines were skipped (malformed, repeated or over the limit; decision 1812). `depth` is
-    the host's closest URL's: a sitemap is as close to a seed as its host."""
+    the host's closest URL's: a sitemap is as close to a seed as its host. A sitemap another host
+    serves names `host` in `sitemap_for`: it speaks for this host's pages too (decision 1816)."""
     by_host: dict[str, list[dict[str, Any]]] = {}
     seen: set[str] = set()
     skipped = 0
@@ -965,8 +1002,11 @@ def robots_sitemaps(host: str, listed: list[str], depth: int,
             skipped += 1
             continue
         seen.add(url)
-        by_host.setdefault(key, []).append({"url": url, "fp": url_fp(url), "depth": depth,
-                                            "priority": PRIORITY_SITEMAP, "source": "sitemap", "sitemap": True})
+        entry = {"url": url, "fp": url_fp(url), "depth": depth, "priority": PRIORITY_SITEMAP, "source": "sitemap",
+                 "sitemap": True}
+        if key != host:
+            entry["sitemap_for"] = host
+        by_host.setdefault(key, []).append(entry)
     return by_host, skipped
 
 
@@ -1017,6 +1057,8 @@ def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
             request["revisit_of"] = capture_dict(item.capture)
         if item.sitemap:
             request["sitemap"] = True   # parse reads it as a sitemap, the writer does not publish it (1812)
+            if item.sitemap_for:
+                request["sitemap_for"] = item.sitemap_for   # it speaks for that host too (1816)
     return replace(state, lease=lease, lease_seq=seq), request
 
 
@@ -1280,7 +1322,9 @@ def recrawl_record(state: HostState, previous: UrlRecord | None, item: QueueItem
                        stored_capture(capture, item.url), item.depth, item.sitemap,
                        sitemap_priority=previous.sitemap_priority if previous is not None else None,
                        changefreq=previous.changefreq if previous is not None else None,
-                       hub_yield=previous.hub_yield if previous is not None else None)
+                       hub_yield=previous.hub_yield if previous is not None else None,
+                       sitemap_for=(item.sitemap_for or (previous.sitemap_for if previous is not None else None))
+                       if item.sitemap else None)
     return replace(state, signals=signals), record, change
 
 

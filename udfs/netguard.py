@@ -249,6 +249,9 @@ class FetchPolicy:
         "text/html", "application/xhtml+xml", "text/plain",
         "application/xml", "text/xml", "application/rss+xml", "application/atom+xml",
     )
+    # Media types also archived and parsed for a sitemap lease (FetchRequest.sitemap): how servers send a
+    # `sitemap.xml.gz` file; parse inflates it by its magic bytes, capped (udfs.sitemaps; decision 1817).
+    sitemap_content_types: tuple[str, ...] = ("application/gzip", "application/x-gzip", "application/octet-stream")
     # A page whose response has no Content-Type is fetched (the parser sniffs it).
     allow_missing_content_type: bool = True
     # robots.txt: body cap (RFC 9309 asks for at least 500 KiB) and redirect hops followed.
@@ -268,6 +271,9 @@ class FetchPolicy:
     dns_ttl_s: float = 300.0
     dns_negative_ttl_s: float = 60.0
     dns_cache_size: int = 10_000
+    # A cached answer used in this last share of its TTL is looked up again in the background, so hosts
+    # that keep getting requests never wait for DNS (decision 1818); 0 turns the refresh off.
+    dns_prefetch_share: float = 0.1
 
     def __post_init__(self) -> None:
         if not self.user_agent.strip() or any(c in self.user_agent for c in "\r\n"):
@@ -287,13 +293,16 @@ class FetchPolicy:
                      "robots_max_bytes", "dns_cache_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 <= self.dns_prefetch_share < 1:
+            raise ValueError(f"dns_prefetch_share must be in [0, 1), got {self.dns_prefetch_share}")
         if self.robots_max_bytes < 500 * 1024:
             raise ValueError(f"robots_max_bytes must be at least 500 KiB (RFC 9309 §2.5), got {self.robots_max_bytes}")
         if not 0 <= self.robots_max_redirects <= 20:
             raise ValueError(f"robots_max_redirects must be in 0..20, got {self.robots_max_redirects}")
-        bad_types = [t for t in self.allowed_content_types if not _MEDIA_TYPE.match(t)]
-        if bad_types:
-            raise ValueError(f"allowed_content_types: not lower-case type/subtype: {bad_types}")
+        for name in ("allowed_content_types", "sitemap_content_types"):
+            bad_types = [t for t in getattr(self, name) if not _MEDIA_TYPE.match(t)]
+            if bad_types:
+                raise ValueError(f"{name}: not lower-case type/subtype: {bad_types}")
         # Parsed now so a bad CIDR or pin fails at start-up, not on the first fetch.
         _ = (self.allow_networks, self.deny_networks, self.static_pins)
 
@@ -316,11 +325,13 @@ class FetchPolicy:
         """`classify_address` with this policy's allow and deny ranges."""
         return classify_address(ip, self.allow_networks, self.deny_networks)
 
-    def content_type_allowed(self, content_type: str | None) -> bool:
-        """Whether a Content-Type header value names an allowed media type (parameters ignored)."""
+    def content_type_allowed(self, content_type: str | None, sitemap: bool = False) -> bool:
+        """Whether a Content-Type header value names an allowed media type (parameters ignored); for a
+        sitemap lease (`sitemap`), `sitemap_content_types` are allowed too (decision 1817)."""
         if content_type is None or not content_type.strip():
             return self.allow_missing_content_type
-        return media_type(content_type) in self.allowed_content_types
+        kind = media_type(content_type)
+        return kind in self.allowed_content_types or (sitemap and kind in self.sitemap_content_types)
 
 
 def media_type(content_type: str) -> str:

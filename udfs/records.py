@@ -63,6 +63,11 @@ class UrlEntry(TypedDict):
     # The URL is a sitemap (its host's robots.txt, an index or a redirect named it): fetched and read as
     # one, never published (decision 1812).
     sitemap: NotRequired[bool]
+    # A sitemap only: the host key (udfs.urls.host_key) of another host whose robots.txt listed it
+    # (sitemaps.org cross-submission): it speaks for that host's pages too, which come with its hints
+    # (decision 1816). The frontier drops an entry whose value is not a host key as malformed, and reads
+    # it as absent on a page or on that host's own sitemap.
+    sitemap_for: NotRequired[str]
     # What a sitemap said about a page it lists, when it said it: lastmod (Unix seconds), priority
     # (0..1) and changefreq ("always" .. "never"); the recrawl schedule reads them (decisions 1812, 1813).
     lastmod: NotRequired[int]
@@ -210,6 +215,10 @@ class FetchRequest(TypedDict):
     # Pages only, set only for a sitemap (UrlEntry.sitemap): parse reads the answer as a sitemap and the
     # writer sends on the URLs it lists instead of publishing it (decision 1812).
     sitemap: NotRequired[bool]
+    # Sitemaps only, set only when another host's robots.txt listed it (UrlEntry.sitemap_for): parse
+    # follows that host's pages with the sitemap's hints too, and the writer passes it on to an index's
+    # sitemaps and a redirected sitemap's target (decision 1816).
+    sitemap_for: NotRequired[str]
 
 
 class FetchResult(TypedDict):

@@ -539,12 +539,12 @@ def _feed_entry(element: etree._Element, state: _State) -> None:
 
 @dataclass(frozen=True)
 class Followable:
-    """What the crawler follows from one fetched sitemap (decision 1812).
+    """What the crawler follows from one fetched sitemap (decisions 1812, 1816).
 
-    pages: (normalised URL, lastmod, priority, changefreq) of each listed page, in document order,
-        without repeats.
-    sitemaps: the normalised URLs of the sitemaps an index lists on its own host.
-    elsewhere: listed pages on another host or scheme: followed like links, without the hints.
+    pages: (normalised URL, lastmod, priority, changefreq) of each listed page the sitemap speaks for
+        (its own host, and the host whose robots.txt submitted it), in document order, without repeats.
+    sitemaps: the normalised URLs of the sitemaps an index lists on those hosts.
+    elsewhere: listed pages on any other host or scheme: followed like links, without the hints.
     skipped: listed URLs not followed (unparsable, repeated, or an index's sitemap on another host).
     """
 
@@ -554,20 +554,24 @@ class Followable:
     skipped: int = 0
 
 
-def followable(sitemap_url: str, result: SitemapResult) -> Followable:
+def followable(sitemap_url: str, result: SitemapResult, sitemap_for: str | None = None) -> Followable:
     """The URLs of `result` (the sitemap fetched from `sitemap_url`) that the crawler follows.
 
     The job fetches sitemaps a robots.txt lists, or that an index on the same host names, so each
     counts as cross-submitted by its host (decision 0402): a page on the sitemap's own scheme and host,
-    in any directory, is followed with what the sitemap says about it. A page elsewhere is followed like
-    a link on a page, without the sitemap's hints, since the sitemap speaks for its own host only; an
-    index's sitemap elsewhere is not followed (decision 1812). Never raises.
+    in any directory, is followed with what the sitemap says about it. `sitemap_for` is the host key
+    (udfs.urls.host_key) of another host whose robots.txt listed this sitemap (sitemaps.org
+    cross-submission): the sitemap speaks for that host too, so its pages (either scheme) are followed
+    with their hints as well, and an index's sitemaps on it are followed (decision 1816). A page on any
+    other host is followed like a link on a page, without the sitemap's hints; an index's sitemap there
+    is not followed (decision 1812). Never raises.
     """
     try:
         own = host_key(sitemap_url)
     except ValueError:
         return Followable(skipped=len(result.entries))
     scheme = sitemap_url.partition("://")[0]
+    submitter = sitemap_for if isinstance(sitemap_for, str) and sitemap_for and sitemap_for != own else None
     seen: set[str] = set()
     pages: list[tuple[str, int | None, float | None, str | None]] = []
     sitemaps: list[str] = []
@@ -576,7 +580,8 @@ def followable(sitemap_url: str, result: SitemapResult) -> Followable:
     for entry in result.entries:
         url = normalize_url(entry.loc)
         try:
-            ours = url is not None and url.partition("://")[0] == scheme and host_key(url) == own
+            key = host_key(url) if url is not None else None
+            ours = key is not None and ((key == own and url.partition("://")[0] == scheme) or key == submitter)
         except ValueError:
             url = None
         if url is None or url in seen or (result.kind == "index" and not ours):

@@ -1,6 +1,6 @@
 """The fetcher's own per-address gate (operators/fetch_loop.py, decision 1612), proved from the server's
-side: two host names on one address never have requests open together, another address is not held
-up, an abandoned fetch keeps its address busy for the hold, a full queue refuses, and every request
+side: two host names on one address never have requests open together (also when the frontier does
+not know their address yet), another address is not held up, an abandoned fetch keeps its address busy for the hold, a full queue refuses, and every request
 ends in exactly one result. Real sockets on 127.x, real aiohttp fetches, no Flink.
 """
 from __future__ import annotations
@@ -44,10 +44,12 @@ def served() -> Iterator[tuple[LoopbackWeb, dict[str, Log]]]:
     web.close()
 
 
-def request(web: LoopbackWeb, host: str, address: str, path: str, seq: int) -> FetchRequest:
+def request(web: LoopbackWeb, host: str, address: str, path: str, seq: int, known: bool = True) -> FetchRequest:
+    """A page request for `host` served at `address`; with `known` false the frontier has not learned
+    the address yet (no `ip`: the loop resolves the name itself)."""
     port = web.listeners[address].port
-    return FetchRequest(host=host, url=f"http://{host}:{port}{path}", fp=seq, kind="page",
-                        lease_id=f"{host}/{seq}", depth=0, attempt=0, ip=address)  # type: ignore[typeddict-item]
+    return FetchRequest(host=host, url=f"http://{host}:{port}{path}", fp=seq, kind="page",  # type: ignore[typeddict-item]
+                        lease_id=f"{host}/{seq}", depth=0, attempt=0, ip=address if known else None)
 
 
 def run(web: LoopbackWeb, requests: list[FetchRequest], gate: IpGatePolicy = IpGatePolicy(),
@@ -55,7 +57,7 @@ def run(web: LoopbackWeb, requests: list[FetchRequest], gate: IpGatePolicy = IpG
     """Submit `requests` to a fresh loop and collect results until `expect` (default: all) arrived."""
     host_map = (f"a1.test {HOST_A}", f"a2.test {HOST_A}", f"a3.test {HOST_A}", f"b1.test {HOST_B}")
     fetcher = Fetcher(policy_for(web, host_map=host_map, **policy))
-    loop = FetchLoop(fetcher.fetch, gate, capacity=16)
+    loop = FetchLoop(fetcher.fetch, gate, capacity=16, locate=fetcher.address)
     loop.on_stop(fetcher.close)
     loop.start()
     try:
@@ -101,6 +103,23 @@ def test_hosts_on_one_address_take_turns_while_another_address_runs_beside_them(
     assert b_start < first_a_end        # not queued behind the busy address
     assert (loop.counts["queued"], loop.counts["released"], loop.counts["done"]) == (4, 4, 4)
     assert loop.idle() and loop.running == 0 and loop.waiting == 0
+
+
+def test_host_names_whose_address_the_frontier_does_not_know_yet_still_take_turns_on_it(served) -> None:
+    web, logs = served
+    for log in logs.values():
+        log.clear()
+    shared = [request(web, host, HOST_A, f"/slow{i}", i, known=False)
+              for i, host in enumerate(["a1.test", "a2.test", "a3.test"])]
+    unknown = dict(request(web, "b1.test", HOST_B, "/slow0", 9, known=False), url="http://nowhere.test/")
+    results, loop = run(web, [*shared, unknown])
+    by_lease = {r["request"]["lease_id"]: r for r in results}
+    assert [by_lease[r["lease_id"]]["fetch_status"] for r in shared] == ["ok"] * 3
+    assert by_lease["b1.test/9"]["fetch_status"] == "dns_error"   # no address: gated by host, fails as before
+    logged(logs, {HOST_A: 3})
+    assert len(logs[HOST_A]) == 3 and overlapping(logs[HOST_A]) == 0
+    assert {by_lease[r["lease_id"]]["request"]["ip"] for r in shared} == {HOST_A}
+    assert loop.idle() and loop.locating == 0
 
 
 def test_an_abandoned_fetch_keeps_its_address_busy_for_the_hold(served) -> None:

@@ -427,6 +427,41 @@ def test_dns_answers_and_failures_are_cached_for_their_ttl(web: LoopbackWeb) -> 
     assert calls == ["site.test", "site.test", "gone.test", "gone.test"]
 
 
+def test_an_answer_used_near_the_end_of_its_ttl_is_refreshed_in_the_background(web: LoopbackWeb) -> None:
+    now = [0.0]
+    resolver = GuardedResolver(policy_for(web, resolve_dns=True, dns_ttl_s=10, dns_prefetch_share=0.1), {},
+                               monotonic=lambda: now[0])
+    calls: list[float] = []
+    failing = [False]
+
+    async def run() -> list[str]:
+        loop = asyncio.get_running_loop()
+
+        async def fake_getaddrinfo(host: str, *args: object, **kwargs: object) -> list:
+            calls.append(now[0])
+            if failing[0]:
+                raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (HOST_A, 0))]
+        loop.getaddrinfo = fake_getaddrinfo  # type: ignore[method-assign]
+        outcomes = []
+        # 0: looked up; 5: cached; 9.5: cached, refreshed behind it (good to 19.5); 15: cached;
+        # 19: cached, its refresh fails, so the good answer stays; 19.4: still it (refresh tried again);
+        # 20: expired, looked up.
+        for step, fail in [(0, False), (5, False), (9.5, False), (15, False), (19, True), (19.4, True), (20, True)]:
+            now[0], failing[0] = step, fail
+            try:
+                outcomes.append(",".join(await resolver.addresses("site.test")))
+            except ResolveFailure as failure:
+                outcomes.append(failure.status.value)
+            await asyncio.sleep(0.01)   # the background refresh runs
+        await resolver.close()
+        return outcomes
+    outcomes = asyncio.run(run())
+    assert outcomes == [HOST_A] * 6 + ["dns_error"]
+    assert calls == [0, 9.5, 19, 19.4, 20]
+    assert resolver.counts["dns_prefetches"] == 3 and resolver.counts["dns_lookups"] == 5
+
+
 def test_retry_after_and_status_survive_on_error_pages(web: LoopbackWeb) -> None:
     result = fetch(web, request(url_a(web, "/busy")))
     assert (result["fetch_status"], result["http_status"], result["body"]) == ("ok", 503, b"busy")

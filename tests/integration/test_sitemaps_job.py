@@ -1,9 +1,11 @@
-"""Sitemaps in the real job (issues #4 and #6, decision 1812): every host's robots.txt lists a sitemap:
-a sitemap, an index of two sitemaps, or a sitemap another host serves (cross-submitted); the job on a
-MiniCluster with a real Kafka broker. From the server's log: each host's sitemaps are fetched after
-its robots.txt, the index's children too, and a sitemap served elsewhere from its server. From the
-topics: every URL a sitemap lists comes back to its host, as a `sitemap` discovery with its lastmod
-from its own host's sitemap, and no sitemap is published as a page."""
+"""Sitemaps in the real job (issues #4 and #6, decisions 1812, 1816, 1817): every host's robots.txt lists
+a sitemap: a sitemap, an index of two sitemaps (the second a gzip file served as `application/gzip`), or
+a sitemap another host serves (cross-submitted); the job on a MiniCluster with a real Kafka broker. From
+the server's log: each host's sitemaps are fetched after its robots.txt, the index's children too, and a
+sitemap served elsewhere from its server. From the topics: every URL a sitemap lists comes back to its
+host as a `sitemap` discovery with its lastmod, whether the host serves its sitemap itself or another
+host serves it (the listing host's robots.txt makes it speak for the host), and no sitemap is published
+as a page."""
 from __future__ import annotations
 
 import json
@@ -17,6 +19,7 @@ from crawler.crawl import records_since
 from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
 from tests.synthweb import WebPolicy, audit_politeness, build_web, load_log
 from tests.synthweb.model import RobotsVariant
+from tests.synthweb.robots import INDEX_CHILDREN
 from udfs.records import TOPIC_PAGES
 
 pytestmark = pytest.mark.integration
@@ -34,7 +37,7 @@ def _sitemap_requests(host) -> set[tuple[str, str]]:
     if host.sitemap == "elsewhere":
         return {(host.sitemap_host, f"/sitemaps/{host.name}.xml")}
     if host.sitemap == "index":
-        return {(host.name, path) for path in ("/sitemap_index.xml", "/sitemap-1.xml", "/sitemap-2.xml")}
+        return {(host.name, path) for path in ("/sitemap_index.xml", *INDEX_CHILDREN)}
     return {(host.name, "/sitemap.xml")}
 
 
@@ -90,34 +93,31 @@ def _listed(run, source: str) -> dict[str, dict[str, dict]]:
     return listed
 
 
-def test_every_url_a_hosts_own_sitemap_lists_comes_back_as_a_sitemap_discovery_with_its_lastmod(sitemap_run):
+def test_every_url_a_hosts_sitemap_lists_comes_back_as_a_sitemap_discovery_with_its_lastmod(sitemap_run):
+    """Its own sitemap (the gzip child of an index too, decision 1817) or one another host serves: the
+    host's robots.txt listed it, so it speaks for the host (decision 1816)."""
     listed = _listed(sitemap_run, "sitemap")
     for host in sitemap_run["web"].hosts:
-        if host.sitemap == "elsewhere":
-            assert host.name not in listed   # another host's sitemap does not speak for it
-            continue
         pages = {p.path for p in host.pages if p.path != "/search"}   # what the synthetic sitemap lists
-        assert set(listed.get(host.name, {})) == pages, host.name
-        assert all(isinstance(e["lastmod"], int) for e in listed[host.name].values())
+        assert set(listed.get(host.name, {})) == pages, (host.name, host.sitemap)
+        assert all(isinstance(e["lastmod"], int) for e in listed[host.name].values()), host.name
 
 
-def test_a_sitemap_served_by_another_host_brings_its_pages_like_links(sitemap_run):
-    links: dict[str, set[str]] = {}   # host → paths discovered as links
-    for event in sitemap_run["events"]:
-        if event.get("type") == "discovered":
-            for entry in event["urls"]:
-                if entry["source"] == "link":
-                    split = urlsplit(entry["url"])
-                    links.setdefault(split.hostname, set()).add(split.path)
+def test_a_sitemap_served_by_another_host_brings_its_pages_with_their_lastmod(sitemap_run):
+    """The host's robots.txt lists a sitemap its sitemap host serves (sitemaps.org cross-submission):
+    the sitemap host fetches it and sends the listed pages to the host as `sitemap` discoveries with
+    their hints (decision 1816), not as links without them as before. Sitemap entries are never held
+    back by the writer's recent-link window (decision 1607), so every page comes this way."""
+    listed = _listed(sitemap_run, "sitemap")
     served = {(r["host"], r["path"]): r["status"] for r in _requests(sitemap_run)}
     for host in sitemap_run["web"].hosts:
         if host.sitemap == "elsewhere":
             assert served[(host.sitemap_host, f"/sitemaps/{host.name}.xml")] == 200
             pages = {p.path for p in host.pages if p.path != "/search"}
-            # Which page sent a link first depends on timing: the writer sends a link once per window
-            # (decision 1607), so one the host's own pages sent first is not sent again from the sitemap
-            # (unit test: test_pages_a_sitemap_lists_on_other_hosts_are_sent_like_links_without_its_hints).
-            assert pages <= links.get(host.name, set()), host.name
+            assert set(listed.get(host.name, {})) == pages, host.name
+            senders = {e["from_host"].partition(":")[0] for e in listed[host.name].values()}   # host keys
+            assert senders == {host.sitemap_host}, host.name
+            assert all(isinstance(e["lastmod"], int) for e in listed[host.name].values()), host.name
 
 
 def test_an_index_names_its_sitemaps_which_are_fetched_as_sitemaps(sitemap_run):
@@ -126,13 +126,12 @@ def test_an_index_names_its_sitemaps_which_are_fetched_as_sitemaps(sitemap_run):
                 for e in event["urls"] if e.get("sitemap")}
     for host in sitemap_run["web"].hosts:
         if host.sitemap == "index":
-            assert {(host.name, "/sitemap-1.xml"), (host.name, "/sitemap-2.xml")} <= children
+            assert {(host.name, path) for path in INDEX_CHILDREN} <= children
 
 
 def test_no_sitemap_is_published_as_a_page(sitemap_run):
     published = {urlsplit(p["url"]).path for p in sitemap_run["pages"]}
-    assert sitemap_run["pages"] and not published & {"/sitemap.xml", "/sitemap_index.xml", "/sitemap-1.xml",
-                                                      "/sitemap-2.xml"}
+    assert sitemap_run["pages"] and not published & {"/sitemap.xml", "/sitemap_index.xml", *INDEX_CHILDREN}
 
 
 def test_the_server_saw_a_polite_crawler(sitemap_run):

@@ -7,6 +7,7 @@ cache of rendered pages.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import html
 import math
@@ -24,7 +25,7 @@ from tests.synthweb.clock import ChangeTracker, SimClock
 from tests.synthweb.corpus import LINK, SELF, Corpus, Template
 from tests.synthweb.links import SSRF_METADATA_URL, denied_bait_url, page_links, with_session
 from tests.synthweb.model import Behaviour, Host, Page, RobotsVariant, Web, base_url
-from tests.synthweb.robots import MOVED_PATH, robots_answer, rules_body, sitemap_path
+from tests.synthweb.robots import INDEX_CHILDREN, MOVED_PATH, robots_answer, rules_body, sitemap_path
 from tests.synthweb.tdmrep import TDMREP_PATH, tdmrep_body
 
 HTML = "text/html; charset=utf-8"
@@ -51,6 +52,7 @@ class Reply:
     content_encoding: str | None = None    # the body is already encoded (the gzip bomb)
     gzip: Callable[[], bytes] | None = None  # makes the gzip form of `body` without compressing it
     retry_after: float | None = None       # seconds the client was asked to wait (for the log)
+    precompressed: bool = False            # the body is a compressed file (a .gz sitemap): never content-encoded
 
 
 def small_page(title: str, links: Iterable[str] = (), text: str = "") -> bytes:
@@ -202,9 +204,9 @@ class Router:
         pages = [p for p in host.pages if p.path not in ("/search",)]
         half = (len(pages) + 1) // 2
         if host.sitemap == "index" and path == "/sitemap_index.xml":
-            items = "".join(f"<sitemap><loc>{own}/sitemap-{k}.xml</loc></sitemap>" for k in (1, 2))
+            items = "".join(f"<sitemap><loc>{own}{child}</loc></sitemap>" for child in INDEX_CHILDREN)
             return self._xml(f'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{items}</sitemapindex>')
-        chosen = {"/sitemap-1.xml": pages[:half], "/sitemap-2.xml": pages[half:]}.get(path) \
+        chosen = dict(zip(INDEX_CHILDREN, (pages[:half], pages[half:]))).get(path) \
             if host.sitemap == "index" else (pages if path == sitemap_path(host) else None)
         if chosen is None:
             return self._not_found(host, path)
@@ -214,7 +216,11 @@ class Router:
             _, last = self.changes.version(f"{self.web.seed}|{host.name}|{p.body_key}", p.change_rate, now)
             day = time.strftime("%Y-%m-%d", time.gmtime(self.web.policy.sim_epoch + last))
             items.append(f"<url><loc>{html.escape(own + p.path)}</loc><lastmod>{day}</lastmod></url>")
-        return self._xml(f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{"".join(items)}</urlset>')
+        reply = self._xml(f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{"".join(items)}</urlset>')
+        if path.endswith(".gz"):   # a gzip file, as servers send `sitemap.xml.gz`: no Content-Encoding
+            reply = Reply(200, [("Content-Type", "application/gzip")], gzip.compress(reply.body, mtime=0),
+                          precompressed=True)
+        return reply
 
     @staticmethod
     def _xml(text: str) -> Reply:

@@ -21,6 +21,11 @@ class RobotsAnswer:
     body: bytes
 
 
+# The sitemaps an index host's /sitemap_index.xml lists, half its pages each; the second is a gzip file
+# served as `application/gzip` without Content-Encoding, as servers send `sitemap.xml.gz` (decision 1817).
+INDEX_CHILDREN = ("/sitemap-1.xml", "/sitemap-2.xml.gz")
+
+
 def sitemap_path(host: Host) -> str | None:
     """Where the host's sitemap (urlset or index) lives, if it has one."""
     if host.sitemap is None:

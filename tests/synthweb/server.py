@@ -245,7 +245,7 @@ class WebServer:
         status, body, encoding = reply.status, reply.body, reply.content_encoding
         if _not_modified(reply, req_headers):
             status, body = 304, b""
-        elif encoding is None and reply.stream is None and len(body) > 256 \
+        elif encoding is None and reply.stream is None and not reply.precompressed and len(body) > 256 \
                 and "gzip" in req_headers.get("accept-encoding", "").lower():
             body = reply.gzip() if reply.gzip is not None else _gzip(body)
             encoding = "gzip"

@@ -40,6 +40,7 @@ def test_defaults_are_the_documented_limits() -> None:
     ({"robots_max_redirects": 50}, "robots_max_redirects"),
     ({"min_speed_bytes_per_s": -1}, "must not be negative"),
     ({"allowed_content_types": ("Text/HTML",)}, "allowed_content_types"),
+    ({"sitemap_content_types": ("gzip",)}, "sitemap_content_types"),
     ({"allow_cidrs": ("127.0.0.1/8",)}, "allow_cidrs: '127.0.0.1/8' is not a CIDR range"),
     ({"deny_cidrs": ("nonsense",)}, "deny_cidrs"),
     ({"host_map": ("broken-line",)}, "line 1"),
@@ -66,6 +67,29 @@ def test_content_type_allow_list_ignores_parameters_and_case(content_type: str |
 
 def test_missing_content_type_can_be_refused() -> None:
     assert not FetchPolicy(allow_missing_content_type=False).content_type_allowed(None)
+    assert not FetchPolicy(allow_missing_content_type=False).content_type_allowed(None, sitemap=True)
+
+
+@pytest.mark.parametrize("content_type, page, sitemap", [
+    ("application/gzip", False, True), ("Application/X-GZIP; charset=binary", False, True),
+    ("application/octet-stream", False, True), ("application/xml", True, True), ("text/plain", True, True),
+    ("image/png", False, False), ("application/zip", False, False),
+])
+def test_a_sitemap_lease_also_accepts_the_types_gzip_files_are_served_as(content_type: str, page: bool,
+                                                                         sitemap: bool) -> None:
+    """Decision 1817: `sitemap.xml.gz` comes as application/gzip or octet-stream, never a page type."""
+    policy = FetchPolicy()
+    assert policy.sitemap_content_types == ("application/gzip", "application/x-gzip", "application/octet-stream")
+    assert policy.content_type_allowed(content_type) is page
+    assert policy.content_type_allowed(content_type, sitemap=True) is sitemap
+
+
+def test_the_sitemap_types_are_configured_apart_from_the_page_types() -> None:
+    policy = build_section("fetch", {"sitemap_content_types": ["application/x-bzip2"]})
+    assert policy.content_type_allowed("application/x-bzip2", sitemap=True)
+    assert not policy.content_type_allowed("application/gzip", sitemap=True)
+    assert not policy.content_type_allowed("application/x-bzip2")
+    assert not FetchPolicy(sitemap_content_types=()).content_type_allowed("application/gzip", sitemap=True)
 
 
 PAYLOAD = b"<html>" + b"hello world " * 5000 + b"</html>"

@@ -1,19 +1,24 @@
 """Sitemaps in the job (decision 1812): robots.txt `Sitemap:` lines become queued sitemap URLs, a sitemap
-lease is read as a sitemap by parse, and the writer sends on the pages and sitemaps it lists."""
+lease is read as a sitemap by parse, and the writer sends on the pages and sitemaps it lists; a sitemap
+another host's robots.txt listed speaks for that host too (decision 1816); gzip files (decision 1817)."""
 from __future__ import annotations
 
+import gzip
+import io
 import json
 
 import pytest
+from warcio.archiveiterator import ArchiveIterator
 
 from operators.parse import parse_result
-from operators.warc_writer import MAX_URLS_PER_BATCH, discovered_batches, parsed_page
+from operators.warc_writer import MAX_URLS_PER_BATCH, capture_records, discovered_batches, parsed_page
 from tests.unit.test_frontier_budgets import POLITENESS
 from tests.unit.test_frontier_logic_host import HOST, Harness
 from udfs import frontier_logic as fl
 from udfs.records import PRIORITY_SITEMAP
 from udfs.sitemaps import SitemapPolicy, followable, parse_sitemap
 from udfs.urls import url_fp
+from udfs.warc import WarcBuilder
 
 SITE = "http://shop.example.com"
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
@@ -181,3 +186,164 @@ def test_pages_a_sitemap_lists_on_other_hosts_are_sent_like_links_without_its_hi
     (other,) = by_host["other.example.com"]
     assert other["source"] == "link" and "lastmod" not in other
     assert by_host["shop.example.com"][0]["source"] == "sitemap"
+
+
+# --- cross-submitted sitemaps (decision 1816) ---------------------------------------------------------
+
+SERVER = "http://sitemaps.example.net"   # serves the sitemap shop.example.com's robots.txt lists
+
+
+def test_a_cross_submitted_sitemap_speaks_for_the_host_that_submitted_it_too():
+    body = (f'<urlset {NS}><url><loc>{SITE}/a.html</loc><lastmod>2024-01-02</lastmod><priority>0.8</priority></url>'
+            f'<url><loc>https://shop.example.com/b.html</loc></url><url><loc>{SERVER}/own.html</loc></url>'
+            f'<url><loc>http://third.example.org/c.html</loc></url></urlset>').encode()
+    found = followable(f"{SERVER}/sitemaps/shop.xml", parse_sitemap(body), "shop.example.com")
+    # the submitting host's pages, either scheme, with their hints; the server's own as before
+    assert found.pages == ((f"{SITE}/a.html", 1704153600, 0.8, None), ("https://shop.example.com/b.html", None, None, None),
+                           (f"{SERVER}/own.html", None, None, None))
+    assert found.elsewhere == ("http://third.example.org/c.html",)
+    # without a submitting host (or with a malformed one, or the server itself) nothing changes
+    for sitemap_for in (None, 42, "", "sitemaps.example.net"):
+        plain = followable(f"{SERVER}/sitemaps/shop.xml", parse_sitemap(body), sitemap_for)
+        assert [p[0] for p in plain.pages] == [f"{SERVER}/own.html"] and len(plain.elsewhere) == 3
+    index = followable(f"{SERVER}/index.xml", parse_sitemap(_index(f"{SITE}/s1.xml", f"{SERVER}/s2.xml",
+                                                                   "http://third.example.org/s3.xml")),
+                       "shop.example.com")
+    assert index.sitemaps == (f"{SITE}/s1.xml", f"{SERVER}/s2.xml") and index.skipped == 1
+
+
+def _cross_bundle(body: bytes, url: str = f"{SERVER}/sitemaps/shop.xml", status: int = 200, headers=None) -> dict:
+    request = {"host": "sitemaps.example.net", "url": url, "fp": url_fp(url), "kind": "page", "lease_id": "s/r-1",
+               "depth": 1, "attempt": 1, "sitemap": True, "sitemap_for": "shop.example.com"}
+    return parse_result({"request": request, "fetch_status": "ok", "reason": "", "http_status": status,
+                         "http_reason": "OK", "headers": headers or [("Content-Type", "application/xml")],
+                         "body": body, "ip": "127.0.0.1", "started_at": 1.0, "done_at": 2.0, "truncated": None})
+
+
+def test_the_writer_sends_the_submitting_hosts_pages_as_sitemap_discoveries_with_their_hints():
+    bundle = _cross_bundle(_urlset(f"{SITE}/a.html", "http://third.example.org/c.html"))
+    assert bundle["sitemap"]["pages"] == [(f"{SITE}/a.html", 1704153600, None, None)]
+    by_host = {b["host"]: b["urls"] for b in discovered_batches(bundle)}
+    (page,) = by_host["shop.example.com"]
+    assert (page["source"], page["lastmod"], page["depth"], "sitemap" in page) == ("sitemap", 1704153600, 2, False)
+    assert by_host["third.example.org"][0]["source"] == "link"
+
+
+def test_the_writer_carries_the_submitting_host_to_an_index_s_sitemaps_and_a_redirect_target():
+    (batch,) = discovered_batches(_cross_bundle(_index(f"{SERVER}/s1.xml", f"{SERVER}/s2.xml"), url=f"{SERVER}/i.xml"))
+    assert [(e["sitemap"], e["sitemap_for"], e["depth"]) for e in batch["urls"]] == [(True, "shop.example.com", 1)] * 2
+    moved = _cross_bundle(b"", status=301, headers=[("Location", f"{SERVER}/new/shop.xml")])
+    (entry,) = discovered_batches(moved)[0]["urls"]
+    assert (entry["source"], entry["sitemap"], entry["sitemap_for"]) == ("redirect", True, "shop.example.com")
+    # a sitemap nobody cross-submitted passes on no submitter
+    (batch,) = discovered_batches(_bundle(_index(f"{SITE}/s1.xml"), url=f"{SITE}/index.xml"))
+    assert "sitemap_for" not in batch["urls"][0]
+
+
+def test_robots_sitemaps_name_the_listing_host_only_on_other_hosts_sitemaps():
+    by_host, _ = fl.robots_sitemaps(HOST, [f"http://{HOST}/sitemap.xml", "http://cdn.example.net/shop.xml"], 0, 8)
+    assert "sitemap_for" not in by_host[HOST][0]
+    assert by_host["cdn.example.net"][0]["sitemap_for"] == HOST
+
+
+def test_queue_rows_keep_the_submitting_host_and_old_rows_still_read():
+    item = fl.QueueItem("http://cdn.example.net/shop.xml", 7, 2, 1, sitemap=True, sitemap_for=HOST)
+    row = item.to_row()
+    assert json.loads(row)[11] == HOST   # the sitemap field holds the host instead of 1
+    assert fl.QueueItem.from_row(row) == item
+    old = '[2,"http://cdn.example.net/shop.xml",7,2,1,0,null,null,0,null,null,1]'   # a sitemap before 1816
+    assert fl.QueueItem.from_row(old) == fl.replace(item, sitemap_for=None)
+    assert fl.QueueItem.from_row('[2,"http://a/",1,0,5,0,null,null,0]') == fl.QueueItem("http://a/", 1)
+    for junk in ("0", "true", "2", "{}"):   # a field no release wrote reads as no sitemap
+        assert not fl.QueueItem.from_row(f'[2,"http://a/",1,0,5,0,null,null,0,null,null,{junk}]').sitemap
+    # without the sitemap flag the submitter is not written
+    assert len(json.loads(fl.QueueItem("http://a/", 1, sitemap_for=HOST).to_row())) == 9
+
+
+def test_url_records_keep_the_submitting_host_and_old_rows_still_read():
+    record = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, due=9.0, sitemap=True, sitemap_for=HOST)
+    assert json.loads(record.to_row())[9] == HOST
+    assert fl.UrlRecord.from_row(record.to_row()) == record
+    old = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, due=9.0, sitemap=True, hub_yield=0.5)
+    assert json.loads(old.to_row())[9] == 1 and fl.UrlRecord.from_row(old.to_row()) == old
+    assert fl.UrlRecord.from_row('["done",1.0,null,null,2,null,9.0,null,0,1]').sitemap_for is None
+    # a recrawl of the sitemap is leased for the same host
+    item = fl.recrawl_item(fl.replace(record, history=fl.UrlHistory(last_fetch_at=0.5)),
+                           "http://cdn.example.net/shop.xml", 7, 10.0, fl.RecrawlPolicy())
+    assert item is not None and (item.sitemap, item.sitemap_for) == (True, HOST)
+
+
+def test_a_recrawled_sitemap_keeps_its_submitting_host():
+    item = fl.QueueItem("http://cdn.example.net/shop.xml", 7, sitemap=True)
+    previous = fl.UrlRecord(fl.UrlStatus.QUEUED, 1.0, sitemap=True, sitemap_for=HOST)
+    event = {"http_status": 200, "content_hash": "sha256:00", "simhash": None}
+    _, record, _ = fl.recrawl_record(fl.HostState(), previous, item, event, 5.0, fl.RecrawlPolicy())
+    assert (record.sitemap, record.sitemap_for) == (True, HOST)
+    _, record, _ = fl.recrawl_record(fl.HostState(), None, fl.replace(item, sitemap_for="b.example"), event, 5.0,
+                                     fl.RecrawlPolicy())
+    assert record.sitemap_for == "b.example"
+
+
+@pytest.mark.parametrize("sitemap_for", [5, "", "Shop.Example", "shop.example/x", "a b", "u@shop.example",
+                                         "x" * 400, ["shop.example"]])
+def test_an_entry_whose_submitting_host_is_not_a_host_key_is_malformed(sitemap_for):
+    raw = {"url": "http://cdn.example.net/shop.xml", "fp": 7, "sitemap": True, "sitemap_for": sitemap_for}
+    assert fl.coerce_entry(raw, "cdn.example.net", fl.host_key) is fl.Verdict.MALFORMED
+
+
+def test_a_submitting_host_means_something_only_on_another_hosts_sitemap():
+    raw = {"url": "http://cdn.example.net/shop.xml", "fp": 7, "sitemap": True, "sitemap_for": "shop.example:8080"}
+    assert fl.coerce_entry(raw, "cdn.example.net", fl.host_key).sitemap_for == "shop.example:8080"
+    assert fl.coerce_entry(raw | {"sitemap": None}, "cdn.example.net", fl.host_key).sitemap_for is None
+    assert fl.coerce_entry(raw | {"sitemap_for": "cdn.example.net"}, "cdn.example.net", fl.host_key).sitemap_for is None
+    assert fl.is_host_key("[::1]:8080") and fl.is_host_key("xn--bcher-kva.example") and fl.is_host_key("a.test:80")
+
+
+def _sitemap_event(sitemap_for: str | None = "other.example") -> dict:
+    url = f"http://{HOST}/sitemaps/other.xml"
+    entry = {"url": url, "fp": url_fp(url), "depth": 0, "priority": PRIORITY_SITEMAP, "source": "sitemap",
+             "sitemap": True}
+    if sitemap_for is not None:
+        entry["sitemap_for"] = sitemap_for
+    return {"v": 1, "type": "discovered", "host": HOST, "urls": [entry], "from_host": "other.example"}
+
+
+def test_the_frontier_leases_a_cross_submitted_sitemap_for_its_submitting_host():
+    h = Harness(politeness=POLITENESS, sitemaps=SitemapPolicy())
+    (robots,) = h.event(_sitemap_event())
+    h.robots(robots)
+    (lease,) = h.advance(1.0)
+    assert (lease["url"], lease["sitemap"], lease["sitemap_for"]) == (f"http://{HOST}/sitemaps/other.xml", True,
+                                                                      "other.example")
+    assert fl.UrlRecord.from_row(h.urls[fl.signed_fp(lease["fp"])]).sitemap_for == "other.example"
+
+
+def test_a_known_sitemap_learns_its_submitting_host_when_another_robots_txt_lists_it():
+    h = Harness(politeness=POLITENESS, sitemaps=SitemapPolicy())
+    (robots,) = h.event(_sitemap_event(None))   # first queued without a submitter (an index named it)
+    key = fl.signed_fp(url_fp(f"http://{HOST}/sitemaps/other.xml"))
+    assert fl.UrlRecord.from_row(h.urls[key]).sitemap_for is None
+    h.event(_sitemap_event())
+    assert h.counts["dropped_seen"] == 1
+    assert fl.UrlRecord.from_row(h.urls[key]).sitemap_for == "other.example"
+    h.event(_sitemap_event("third.example"))   # one submitting host per sitemap: the first stays
+    assert fl.UrlRecord.from_row(h.urls[key]).sitemap_for == "other.example"
+    bad = _sitemap_event("Not A Host")
+    h.event(bad)
+    assert h.counts["dropped_malformed"] == 1
+
+
+# --- gzip sitemap files (decision 1817) -------------------------------------------------------------------
+
+def test_a_gzip_sitemap_served_as_application_gzip_is_read_and_archived_as_sent():
+    body = gzip.compress(_urlset(f"{SITE}/a.html", f"{SITE}/b.html"), mtime=0)
+    for content_type in ("application/gzip", "application/x-gzip", "application/octet-stream"):
+        bundle = _bundle(body, url=f"{SITE}/sitemap-2.xml.gz", headers=[("Content-Type", content_type)])
+        assert bundle["sitemap"]["kind"] == "urlset"
+        assert [p[0] for p in bundle["sitemap"]["pages"]] == [f"{SITE}/a.html", f"{SITE}/b.html"]
+    records = capture_records(WarcBuilder(), bundle["result"], None)
+    read = [(r.rec_type, r.rec_headers.get_header("WARC-Target-URI"), r.content_stream().read())
+            for r in ArchiveIterator(io.BytesIO(b"".join(r.to_gzip() for r in records)), check_digests="raise")]
+    # the file as sent (no Content-Encoding to undo), and it still reads as the sitemap
+    assert read[0] == ("response", f"{SITE}/sitemap-2.xml.gz", body)
+    assert parse_sitemap(read[0][2]).locs == [f"{SITE}/a.html", f"{SITE}/b.html"]

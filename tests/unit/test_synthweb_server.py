@@ -122,11 +122,23 @@ def test_robots_lists_sitemaps_that_list_every_page(server, web):
         status, _, body = fetch(server, host, path)
         assert status == 200
         if b"<sitemapindex" in body:
-            children = [loc.split("/", 3)[3] for loc in _locs(body)]
-            urls = [u for child in children for u in _locs(fetch(server, host, "/" + child)[2])]
+            children = ["/" + loc.split("/", 3)[3] for loc in _locs(body)]
+            assert children == ["/sitemap-1.xml", "/sitemap-2.xml.gz"]
+            urls = [u for child in children for u in _locs(_child(server, host, child))]
         else:
             urls = _locs(body)
         assert {"/" + u.split("/", 3)[3] for u in urls} == {p.path for p in host.pages}
+
+
+def _child(server, host, path: str) -> bytes:
+    """An index's sitemap; the `.gz` one is a gzip file (application/gzip, no Content-Encoding), even
+    to a client that accepts gzip (decision 1817)."""
+    status, headers, body = fetch(server, host, path, headers={"Accept-Encoding": "gzip"})
+    assert status == 200
+    if not path.endswith(".gz"):
+        return gzip.decompress(body) if headers.get("content-encoding") == "gzip" else body
+    assert headers["content-type"] == "application/gzip" and "content-encoding" not in headers
+    return gzip.decompress(body)
 
 
 def _locs(xml: bytes) -> list[str]:
