@@ -236,7 +236,7 @@ class HostFrontier:
         if kind == "discovered" and isinstance(event.get("urls"), list):
             if self.budgets is not None:
                 state = fl.note_inlink(state, host, event.get("from_host"))
-            state, admitted = self._admit_all(host, state, event["urls"], now, controls)
+            state, admitted = self._admit_all(host, state, event["urls"], now, controls, event.get("from_fp"))
             if self.due is not None and event.get("from_host") == host:
                 self._note_hub_yield(event.get("from_fp"), admitted)
         elif kind == "completion":
@@ -298,7 +298,7 @@ class HostFrontier:
             return record
         return fl.replace(record, etag=record.etag or old.etag,
                                    last_modified=record.last_modified or old.last_modified, history=old.history,
-                                   capture=old.capture, depth=old.depth)
+                                   capture=old.capture, depth=old.depth, inlinks=record.inlinks | old.inlinks)
 
     def _schedule(self, fp: int, url: str, due: float) -> None:
         """Put a URL in the due bucket that ends at or after `due` and ask for that bucket's timer."""
@@ -338,8 +338,10 @@ class HostFrontier:
         return _with_rate(self.politeness, rate)
 
     def _admit_all(self, host: str, state: fl.HostState, entries: list[Any], now: float,
-                   controls: HostControls) -> tuple[fl.HostState, int]:
-        """Judge each discovered entry (seen check, traps, admission); the state and how many were queued."""
+                   controls: HostControls, from_fp: Any = None) -> tuple[fl.HostState, int]:
+        """Judge each discovered entry (seen check, traps, admission); the state and how many were queued.
+        `from_fp` is the page the entries were found on: a link from it counts as an in-link of its target
+        (decision 1819; with the recrawl schedule on, which is what reads it)."""
         admitted = 0
         rules = self._rules_for(host, state)
         state = self._load_seen(state)
@@ -356,11 +358,15 @@ class HostFrontier:
             # Most links on a page are known: the seen check (a filter probe, a URL-table read only on
             # "maybe") comes before the trap rules, which then judge only URLs that could be admitted.
             record = self._record_of(key, item.fp)
+            linked = source == "link" and self.due is not None
             if record is not None and fl.in_cycle(record, now, self.policy):
+                updated = fl.with_inlink(record, from_fp, item.fp) if linked else record
                 if item.sitemap_for and record.sitemap and record.sitemap_for is None:
                     # another host's robots.txt lists a sitemap known here: from its next fetch on, it
                     # speaks for that host too (decision 1816; one submitting host per sitemap)
-                    record = fl.replace(record, sitemap_for=item.sitemap_for)
+                    updated = fl.replace(updated, sitemap_for=item.sitemap_for)
+                if updated is not record:   # written only on change: at most 32 in-link writes per URL
+                    record = updated
                     self.urls.put(key, record.to_row())
                 if source == "sitemap" and self.due is not None:
                     self._sitemap_listed(key, item, record, raw, state, now)
@@ -383,7 +389,8 @@ class HostFrontier:
             if admission.verdict is fl.Verdict.ADMITTED:
                 admitted += 1
                 self.slots.put(admission.slot, admission.item.to_row())
-                new_record = admission.record
+                new_record = fl.with_inlink(admission.record, from_fp, item.fp) if linked else admission.record
+                # (a URL back from its crawl cycle; a new one has no history, so no sketch yet)
                 if source == "sitemap":
                     priority, changefreq = fl.sitemap_hints(raw)
                     new_record = fl.replace(new_record, sitemap_priority=priority, changefreq=changefreq)

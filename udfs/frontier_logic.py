@@ -46,6 +46,7 @@ from typing import Any, Callable, Protocol
 
 from udfs.netguard import DEFAULT_USER_AGENT
 from udfs.host_quality import HostQuality
+from udfs.inlinks import SKETCH_BITS, inlink_estimate, linked_from
 from udfs.politeness import (DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy, classify_health, next_allowed_at,
                              next_backoff)
 from udfs.records import PRIORITY_SITEMAP, FetchRequest, FetchStatus
@@ -340,8 +341,9 @@ class UrlRecord:
     URL is a sitemap (the host key of another host whose robots.txt listed it instead, when there is
     one: `sitemap_for`, decision 1816), 1 when a sitemap lastmod brought its due time forward (the
     refetch then tells the host how accurate its lastmods are; decision 1812), and the priority and
-    changefreq a sitemap gave the page (its recrawl value and prior; decision 1813) and its hub yield
-    (decision 1815), cut after the last field that is set. A row without any of these is written in
+    changefreq a sitemap gave the page (its recrawl value and prior; decision 1813), its hub yield
+    (decision 1815) and its in-link sketch (udfs.inlinks, decision 1819), cut after the last field
+    that is set. A row without any of these is written in
     the version 1 layout, so a URL that was never fetched costs what it did."""
 
     status: UrlStatus
@@ -358,11 +360,12 @@ class UrlRecord:
     changefreq: str | None = None
     hub_yield: float | None = None
     sitemap_for: str | None = None
+    inlinks: int = 0
 
     def to_row(self) -> str:
         row: list[Any] = [self.status.value, self.at, self.etag, self.last_modified]
         tail = [(self.sitemap_for or 1) if self.sitemap else 0, int(self.lastmod_claim), self.sitemap_priority,
-                self.changefreq, self.hub_yield]
+                self.changefreq, self.hub_yield, self.inlinks]
         while tail and tail[-1] in (0, None):
             tail.pop()
         if self.history is not None or self.due is not None or self.capture is not None or self.depth or tail:
@@ -392,18 +395,19 @@ class UrlRecord:
             at = history.last_fetch_at if history is not None and history.last_fetch_at is not None else 0.0
         return UrlRecord(UrlStatus(status), at, etag, last_modified, history,
                          float(due) if _number(due) is not None else None, coerce_capture(capture),
-                         depth if _non_negative_int(depth) else 0, **_record_tail(fields[9:14]))
+                         depth if _non_negative_int(depth) else 0, **_record_tail(fields[9:15]))
 
 
 def _record_tail(tail: list[Any]) -> dict[str, Any]:
     """The optional tail of a URL record row (sitemap or its submitting host, lastmod claim, sitemap
-    priority, changefreq, hub yield) as UrlRecord fields; a mistyped value reads as absent."""
-    sitemap, claim, priority, changefreq, hub = (list(tail) + [0, 0, None, None, None][len(tail):])[:5]
+    priority, changefreq, hub yield, in-link sketch) as UrlRecord fields; a mistyped value reads as absent."""
+    sitemap, claim, priority, changefreq, hub, inlinks = (list(tail) + [0, 0, None, None, None, 0][len(tail):])[:6]
     is_sitemap, sitemap_for = _sitemap_field(sitemap)
     return {"sitemap": is_sitemap, "lastmod_claim": claim == 1,
             "sitemap_priority": float(priority) if _number(priority) is not None else None,
             "changefreq": changefreq if isinstance(changefreq, str) else None,
-            "hub_yield": float(hub) if _number(hub) is not None else None, "sitemap_for": sitemap_for}
+            "hub_yield": float(hub) if _number(hub) is not None else None, "sitemap_for": sitemap_for,
+            "inlinks": inlinks if _non_negative_int(inlinks) and inlinks < 1 << SKETCH_BITS else 0}
 
 
 def sitemap_hints(raw: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -416,13 +420,24 @@ def sitemap_hints(raw: dict[str, Any]) -> tuple[float | None, str | None]:
 
 def page_value(record: UrlRecord | None, url: str, depth: int) -> PageValue:
     """What a page is worth to the recrawl schedule (udfs.recrawl.PageValue; decisions 1102, 1813): its
-    depth, how many URLs new to its host its fetches bring (hub yield, decision 1815), the priority and
-    changefreq its sitemap gave, and its kind where the URL says it (a host's root is its home page)."""
+    depth, the distinct pages linking to it (estimated, decision 1819), how many URLs new to its host its
+    fetches bring (hub yield, decision 1815), the priority and changefreq its sitemap gave, and its kind
+    where the URL says it (a host's root is its home page)."""
     kind = "home" if url.endswith("/") and url.count("/") == 3 else None
     if record is None:
         return PageValue(depth=depth, page_kind=kind)
-    return PageValue(depth=depth, hub_yield=record.hub_yield or 0.0, sitemap_priority=record.sitemap_priority,
-                     changefreq=record.changefreq, page_kind=kind)
+    return PageValue(inlinks=round(inlink_estimate(record.inlinks)), depth=depth, hub_yield=record.hub_yield or 0.0,
+                     sitemap_priority=record.sitemap_priority, changefreq=record.changefreq, page_kind=kind)
+
+
+def with_inlink(record: UrlRecord, from_fp: Any, fp: int) -> UrlRecord:
+    """The record after page `from_fp` linked to URL `fp` (its in-link sketch, decision 1819); the same
+    record object when that changes nothing, so the caller writes only on change. Counted once the URL
+    has been fetched: a queued URL's short row stays short, and only a fetched page's value is read."""
+    if record.history is None:
+        return record
+    bits = linked_from(record.inlinks, from_fp, fp)
+    return record if bits == record.inlinks else replace(record, inlinks=bits)
 
 
 HUB_MEMORY = 0.5   # weight of the newest fetch in a page's hub yield (a short memory: hubs change)
@@ -1323,6 +1338,7 @@ def recrawl_record(state: HostState, previous: UrlRecord | None, item: QueueItem
                        sitemap_priority=previous.sitemap_priority if previous is not None else None,
                        changefreq=previous.changefreq if previous is not None else None,
                        hub_yield=previous.hub_yield if previous is not None else None,
+                       inlinks=previous.inlinks if previous is not None else 0,
                        sitemap_for=(item.sitemap_for or (previous.sitemap_for if previous is not None else None))
                        if item.sitemap else None)
     return replace(state, signals=signals), record, change

@@ -607,3 +607,40 @@ def test_hub_yield_is_kept_in_the_row_and_only_same_host_discoveries_count():
     h._apply(h.frontier.on_event(HOST, {"v": 1, "type": "discovered", "host": HOST, "urls": urls,
                                         "from_host": "other.example", "from_fp": url_fp(f"http://{HOST}/a")}, h.now))
     assert h.record("/a").hub_yield is None
+
+
+def test_a_page_many_pages_link_to_comes_back_sooner_than_one_page_links_to():
+    popular, obscure = Harness(), Harness()
+    for h in (popular, obscure):
+        (page,) = h.first_fetch("/a")
+        h.complete(page)
+    for n in range(20):
+        _links_from(popular, f"/p{n}", "/a")
+    for _ in range(20):
+        _links_from(obscure, "/p0", "/a")                         # one page, linking twenty times
+    assert bin(obscure.record("/a").inlinks).count("1") == 1
+    assert 12 <= fl.page_value(popular.record("/a"), f"http://{HOST}/a", 1).inlinks <= 30
+    for h in (popular, obscure):
+        (again,) = h.pages(h.record("/a").due - h.now + 61.0)
+        h.complete(again)
+    assert bin(popular.record("/a").inlinks).count("1") >= 12   # kept by the refetch
+    popular_interval = popular.record("/a").due - popular.record("/a").history.last_fetch_at
+    obscure_interval = obscure.record("/a").due - obscure.record("/a").history.last_fetch_at
+    assert popular_interval < obscure_interval
+
+
+def test_an_in_link_is_written_only_when_it_flips_a_bit_of_the_sketch():
+    h = Harness()
+    (page,) = h.first_fetch("/a")
+    h.complete(page)
+    key = fl.signed_fp(url_fp(f"http://{HOST}/a"))
+    writes: list[int] = []
+    put = h.urls.put
+    h.urls.put = lambda k, v: (writes.append(k), put(k, v))     # type: ignore[method-assign]
+    _links_from(h, "/p0", "/a")
+    assert writes.count(key) == 1
+    _links_from(h, "/p0", "/a")                                   # the same page again: no write
+    assert writes.count(key) == 1
+    record = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, hub_yield=1.0, inlinks=(1 << 32) - 1)
+    assert fl.UrlRecord.from_row(record.to_row()) == record
+    assert fl.UrlRecord.from_row(fl.replace(record, inlinks=0).to_row()).inlinks == 0
