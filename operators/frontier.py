@@ -41,7 +41,8 @@ from udfs.control_state import ControlTable, HostControls
 from udfs.netguard import FetchPolicy
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, TdmrepRules, ai_disallowed, parse_tdmrep, tdmrep_match
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
-from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, DiscoveredBatch, FetchRequest, encode, unb64
+from udfs.canonical import revision
+from udfs.records import SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_STATUS, DiscoveredBatch, FetchRequest, encode, unb64
 from udfs.release_budget import ReleaseBudget
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, Change, RecrawlPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
@@ -78,6 +79,9 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "sitemaps_listed", "sitemaps_skipped",
     # decision 1812: fetched pages whose sitemap lastmod brought their recrawl forward
     "sitemap_lastmod_forward",
+    # decision 1820: pages kept on the record of the canonical they named until it is fetched, pages not
+    # kept (the canonical keeps fl.MAX_CANONICAL_ALIASES), and verdicts revised on crawl.status
+    "canonical_claimed", "canonical_claims_over_limit", "canonical_revised",
 )
 # Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
@@ -114,7 +118,9 @@ class Effects:
     timer_register_ms: int    # 0 = none
     due_timers: tuple[int, ...] = ()  # due-bucket timers to register (Flink keeps one per key and time)
     census: tuple[dict[str, Any], ...] = ()  # questions to the domain census (udfs.census.host_seen)
-    events: tuple[tuple[str, str, bytes], ...] = ()  # (topic, key, value) records for other hosts (decision 1812)
+    # (topic, key, value) records for other keys: other hosts' sitemaps (decision 1812), revised
+    # canonical verdicts on crawl.status (decision 1820)
+    events: tuple[tuple[str, str, bytes], ...] = ()
 
 
 class FrontierGauges:
@@ -214,7 +220,7 @@ class HostFrontier:
         self._tdmrep = tdmrep_body is not None and optout.tdmrep_fetched
         self._tdm_rules: OrderedDict[str, tuple[float, TdmrepRules]] = OrderedDict()
         self._due_timers: list[int] = []
-        self._outbox: list[tuple[str, str, bytes]] = []   # records for other hosts' keys, sent at the call's end
+        self._outbox: list[tuple[str, str, bytes]] = []   # Effects.events, sent at the call's end
         self._bucket_ms = int(round(policy.due_bucket_s * 1000))
         self.controls = controls if controls is not None else ControlTable()
         self.seen, self.epoch = seen, epoch
@@ -240,9 +246,14 @@ class HostFrontier:
             if self.due is not None and event.get("from_host") == host:
                 self._note_hub_yield(event.get("from_fp"), admitted)
         elif kind == "completion":
+            lease, previous = state.lease, self._leased_record(state)
             state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls),
-                                              *self._recrawl_args(state))
+                                              *((previous, self.recrawl) if self.due is not None else (None, None)))
             state = self._apply(state, outcome)
+            if outcome.matched and outcome.record is not None and previous is not None and previous.canonical_of:
+                assert lease is not None
+                self._answer_claims(previous.canonical_of, lease.item.url,
+                                    fl.broken_reason(outcome.record, event.get("http_status")))
             if outcome.record is not None and outcome.record.status is fl.UrlStatus.SOFT_404:
                 self.count("soft_404")
             if outcome.matched and event.get("http_status") == 200:
@@ -280,12 +291,24 @@ class HostFrontier:
                 self._store_tdmrep(host, outcome.store_tdmrep)
         return self._release(host, state, now, controls, before)
 
-    def _recrawl_args(self, state: fl.HostState) -> tuple[fl.UrlRecord | None, RecrawlPolicy | None]:
-        """The leased URL's row and the policy, for on_completion to update its history (recrawl on)."""
-        if self.due is None or state.lease is None or state.lease.kind != "page":
-            return None, None
+    def _leased_record(self, state: fl.HostState) -> fl.UrlRecord | None:
+        """The leased page URL's row: on_completion updates its history (recrawl on), and the pages that
+        named it as their canonical wait in it for this answer (decision 1820)."""
+        if state.lease is None or state.lease.kind != "page":
+            return None
         row = self.urls.get(fl.signed_fp(state.lease.item.fp))
-        return (fl.UrlRecord.from_row(row) if row is not None else None), self.recrawl
+        return fl.UrlRecord.from_row(row) if row is not None else None
+
+    def _answer_claims(self, aliases: tuple[str, ...], canonical: str, reason: str | None) -> None:
+        """The canonical the pages `aliases` named was fetched: when it is broken (`reason`), their verdicts
+        are revised on crawl.status; otherwise their hint stands. Either way the completion's new row
+        no longer holds them (decision 1820)."""
+        if reason is None:
+            return
+        for alias in aliases:
+            key, record = revision(alias, canonical, reason)
+            self._outbox.append((TOPIC_STATUS, key, encode(dict(record))))
+            self.count("canonical_revised")
 
     def _keep_history(self, key: int, record: fl.UrlRecord) -> fl.UrlRecord:
         """A row written without history (a failure, a park, a redirect) keeps the URL's recrawl history,
@@ -365,6 +388,8 @@ class HostFrontier:
                     # another host's robots.txt lists a sitemap known here: from its next fetch on, it
                     # speaks for that host too (decision 1816; one submitting host per sitemap)
                     updated = fl.replace(updated, sitemap_for=item.sitemap_for)
+                if item.canonical_of is not None:   # a page's canonical: known broken, or wait for it
+                    updated = self._claim(updated, item)
                 if updated is not record:   # written only on change: at most 32 in-link writes per URL
                     record = updated
                     self.urls.put(key, record.to_row())
@@ -394,10 +419,25 @@ class HostFrontier:
                 if source == "sitemap":
                     priority, changefreq = fl.sitemap_hints(raw)
                     new_record = fl.replace(new_record, sitemap_priority=priority, changefreq=changefreq)
+                if item.canonical_of is not None:
+                    new_record = self._claim(new_record, item)
                 self.urls.put(key, new_record.to_row())
                 if self.seen is not None:
                     self.seen.add(item.fp)
         return state, admitted
+
+    def _claim(self, record: fl.UrlRecord, item: fl.QueueItem) -> fl.UrlRecord:
+        """Page `item.canonical_of` named this URL as its canonical (decision 1820): a URL waiting for its
+        fetch keeps the page; one found broken revises the page's verdict at once."""
+        assert item.canonical_of is not None
+        record, claim = fl.claim_canonical(record, item.canonical_of)
+        if claim is fl.Claim.REMEMBERED:
+            self.count("canonical_claimed")
+        elif claim is fl.Claim.OVER_LIMIT:
+            self.count("canonical_claims_over_limit")
+        elif claim is fl.Claim.BROKEN:
+            self._answer_claims((item.canonical_of,), item.url, fl.broken_reason(record))
+        return record
 
     def _sitemap_listed(self, key: int, item: fl.QueueItem, record: fl.UrlRecord, raw: dict[str, Any],
                         state: fl.HostState, now: float) -> None:
@@ -423,7 +463,7 @@ class HostFrontier:
             return
         record = fl.UrlRecord.from_row(row)
         # QUEUED too: the discoveries can overtake the page's completion (decision 1610), which keeps it
-        if record.status in (fl.UrlStatus.DONE, fl.UrlStatus.QUEUED):
+        if record.status in (fl.UrlStatus.DONE, fl.UrlStatus.GONE, fl.UrlStatus.QUEUED):
             updated = fl.with_hub_yield(record, new_urls)
             if updated.hub_yield != (record.hub_yield or 0.0):   # a page that never brings any: no write
                 self.urls.put(key, updated.to_row())
@@ -725,7 +765,8 @@ def broadcast_controls(controls: DataStream) -> BroadcastStream:
     return controls.broadcast(CONTROL_STATE)
 
 
-# Records the frontier writes for other hosts' keys (a sitemap another host serves; decision 1812).
+# Records the frontier writes for other keys, as (topic, key, value): a sitemap another host serves
+# (crawl.frontier, decision 1812), a revised canonical verdict (crawl.status, decision 1820).
 FRONTIER_EVENTS_TAG = OutputTag("frontier-events", Types.TUPLE([Types.STRING(), Types.STRING(),
                                                                  Types.PRIMITIVE_ARRAY(Types.BYTE())]))
 

@@ -598,9 +598,11 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
     Links marked nofollow (or all links of a nofollow page) are dropped; depth is the page's + 1.
     An exact duplicate of another URL adds none: its owner's links were discovered (decision 1300); nor
     does a soft 404 (its links are the error page's, decision 1803). A rel=canonical the page names on its
-    own site (an unverified hint) is sent like a link (decision 1804).
+    own site (an unverified hint) is sent like a link (decision 1804), naming the page in `canonical_of`
+    so the frontier can revise the page's verdict if the canonical is broken (decision 1820); when the
+    page also links to it, the one entry carries both.
     With `recent`, a link this writer sent within its window is not sent again (decision 1607);
-    redirect and refresh targets always are (the frontier caps their chains).
+    redirect and refresh targets and the canonical always are (the frontier caps redirect chains).
     A sitemap (decision 1812) sends the pages it lists on its host, and on the host whose robots.txt
     submitted it (`sitemap_for`, decision 1816), with their lastmod, priority and changefreq (those on
     other hosts like links) and, for an index, the sitemaps it lists, which are fetched as sitemaps at
@@ -634,8 +636,8 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
             found += [(url, "link", PRIORITY_LINK, written.get(url), None) for url, nofollow in page["links"]
                       if not nofollow]
         canonical = canonical_verdict(bundle)
-        if canonical is not None and canonical.trust == HINT:   # crawled, so a broken one shows (decision 1804)
-            found.append((canonical.url, "link", PRIORITY_LINK, None, None))
+        if canonical is not None and canonical.trust == HINT:   # crawled, so a broken one shows (decisions 1804, 1820)
+            found.append((canonical.url, "link", PRIORITY_LINK, None, {"canonical_of": request["url"]}))
     by_host: dict[str, dict[int, UrlEntry]] = {}
     for url, source, priority, as_written, extra in found:
         try:
@@ -643,7 +645,8 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
         except ValueError:
             continue   # not http(s): normalize_url let through a scheme the frontier cannot fetch
         fp = url_fp(url)
-        if recent is not None and source == "link" and not recent.first_time(fp, result["done_at"]):
+        claim = extra is not None and "canonical_of" in extra   # never lost to the window: it names this page
+        if recent is not None and source == "link" and not claim and not recent.first_time(fp, result["done_at"]):
             continue
         entry = UrlEntry(url=url, fp=fp, depth=depth, priority=priority, source=source)
         if source == "redirect":
@@ -652,7 +655,9 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
             entry["written"] = as_written
         if extra is not None:
             entry.update(extra)   # type: ignore[typeddict-item]
-        by_host.setdefault(host, {}).setdefault(fp, entry)
+        kept = by_host.setdefault(host, {}).setdefault(fp, entry)
+        if claim and kept is not entry:   # the page links to its canonical too: its entry says both
+            kept["canonical_of"] = entry["canonical_of"]
     batches = []
     for host, entries in by_host.items():
         urls = list(entries.values())

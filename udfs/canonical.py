@@ -12,9 +12,10 @@ saw of the page:
 - `ignored`: on another site, or the site's home page named by an inner page (the "home page for
   everything" mistake); the reason says which.
 
-A page naming itself, or naming nothing, has no verdict. A canonical that turns out broken (404) is
-seen by its own fetch: the writer sends it to the frontier like a link, and a consumer joins its
-outcome; the verdict of the page that named it is not revised afterwards.
+A page naming itself, or naming nothing, has no verdict. A canonical that turns out broken (404, 410,
+a soft 404) is seen by its own fetch: the writer sends a `hint` to the frontier like a link, naming the
+page (`UrlEntry.canonical_of`), and the frontier revises that page's verdict to `ignored` on
+crawl.status (`revision`, decision 1820).
 
 Pure: strings in, a verdict out.
 """
@@ -23,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from udfs.urls import registrable_domain
+from udfs.records import SCHEMA_VERSION, CanonicalRevised
+from udfs.urls import registrable_domain, url_fp
 
 CONFIRMED, HINT, IGNORED = "confirmed", "hint", "ignored"
 
@@ -64,3 +66,11 @@ def judge_canonical(page_url: str, canonical: str | None, duplicate_of: str | No
     if _is_home(canonical) and not _is_home(page_url):
         return CanonicalVerdict(canonical, IGNORED, "the home page for an inner page")
     return CanonicalVerdict(canonical, HINT, "same site, not verified")
+
+
+def revision(page_url: str, canonical: str, reason: str) -> tuple[str, CanonicalRevised]:
+    """The crawl.status record that revises the `hint` verdict of the page `page_url` to `ignored`: its
+    canonical was found broken for `reason` (decision 1820); keyed like the page's pages.parsed record
+    (its url_fp as decimal text)."""
+    return str(url_fp(page_url)), CanonicalRevised(v=SCHEMA_VERSION, type="canonical_revised", url=page_url,
+                                                   canonical=canonical, trust=IGNORED, reason=reason)

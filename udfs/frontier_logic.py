@@ -59,7 +59,7 @@ from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, probe_due
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
 from udfs.traps import DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, HostTrapSummary, TrapContext, TrapPolicy, check_url
-from udfs.urls import host_key, normalize_url, url_fp
+from udfs.urls import host_key, normalize_url, registrable_domain, url_fp
 
 def replace(obj: Any, **changes: Any) -> Any:
     """`dataclasses.replace` for the frontier's own frozen records, without its per-call work (it
@@ -268,7 +268,9 @@ class QueueItem:
     PRIORITIES + t the recrawl tier t. `written` is the URL in the query order its page wrote, when
     sorting changed it (decision 1807); `sitemap`: the URL is a sitemap, fetched and read as one (1812);
     `sitemap_for`: the host key of another host whose robots.txt listed the sitemap, which it then
-    speaks for too (decision 1816). The row's sitemap field is 1, or that host key when there is one."""
+    speaks for too (decision 1816). The row's sitemap field is 1, or that host key when there is one.
+    `canonical_of` (decision 1820) is the page whose rel=canonical the entry was, as `coerce_entry`
+    checked it: admission moves it into the URL record, it is never in the queue row."""
 
     url: str
     fp: int
@@ -282,6 +284,7 @@ class QueueItem:
     written: str | None = None
     sitemap: bool = False
     sitemap_for: str | None = None
+    canonical_of: str | None = None
 
     @property
     def recrawl(self) -> bool:
@@ -330,6 +333,7 @@ class UrlStatus(str, enum.Enum):
     REDIRECTED = "redirected"  # answered 302/303/307: still the canonical URL, refetched next cycle
     TAKEN_DOWN = "taken_down"  # an operator takedown (crawl.control): never queued or fetched again
     SOFT_404 = "soft_404"      # a 200 page that is the host's "not found" page (decision 1803): recrawled rarely
+    GONE = "gone"              # answered 404 or 410 (decision 1820): like DONE everywhere, but a broken canonical
 
 
 @dataclass(frozen=True)
@@ -342,8 +346,9 @@ class UrlRecord:
     one: `sitemap_for`, decision 1816), 1 when a sitemap lastmod brought its due time forward (the
     refetch then tells the host how accurate its lastmods are; decision 1812), and the priority and
     changefreq a sitemap gave the page (its recrawl value and prior; decision 1813), its hub yield
-    (decision 1815) and its in-link sketch (udfs.inlinks, decision 1819), cut after the last field
-    that is set. A row without any of these is written in
+    (decision 1815), its in-link sketch (udfs.inlinks, decision 1819) and the pages that named it as
+    their rel=canonical while it waits for its fetch (at most MAX_CANONICAL_ALIASES, decision 1820), cut
+    after the last field that is set. A row without any of these is written in
     the version 1 layout, so a URL that was never fetched costs what it did."""
 
     status: UrlStatus
@@ -361,11 +366,12 @@ class UrlRecord:
     hub_yield: float | None = None
     sitemap_for: str | None = None
     inlinks: int = 0
+    canonical_of: tuple[str, ...] = ()
 
     def to_row(self) -> str:
         row: list[Any] = [self.status.value, self.at, self.etag, self.last_modified]
         tail = [(self.sitemap_for or 1) if self.sitemap else 0, int(self.lastmod_claim), self.sitemap_priority,
-                self.changefreq, self.hub_yield, self.inlinks]
+                self.changefreq, self.hub_yield, self.inlinks, list(self.canonical_of) or None]
         while tail and tail[-1] in (0, None):
             tail.pop()
         if self.history is not None or self.due is not None or self.capture is not None or self.depth or tail:
@@ -395,19 +401,23 @@ class UrlRecord:
             at = history.last_fetch_at if history is not None and history.last_fetch_at is not None else 0.0
         return UrlRecord(UrlStatus(status), at, etag, last_modified, history,
                          float(due) if _number(due) is not None else None, coerce_capture(capture),
-                         depth if _non_negative_int(depth) else 0, **_record_tail(fields[9:15]))
+                         depth if _non_negative_int(depth) else 0, **_record_tail(fields[9:16]))
 
 
 def _record_tail(tail: list[Any]) -> dict[str, Any]:
     """The optional tail of a URL record row (sitemap or its submitting host, lastmod claim, sitemap
-    priority, changefreq, hub yield, in-link sketch) as UrlRecord fields; a mistyped value reads as absent."""
-    sitemap, claim, priority, changefreq, hub, inlinks = (list(tail) + [0, 0, None, None, None, 0][len(tail):])[:6]
+    priority, changefreq, hub yield, in-link sketch, canonical aliases) as UrlRecord fields; a mistyped
+    value reads as absent."""
+    sitemap, claim, priority, changefreq, hub, inlinks, aliases = (
+        list(tail) + [0, 0, None, None, None, 0, None][len(tail):])[:7]
     is_sitemap, sitemap_for = _sitemap_field(sitemap)
     return {"sitemap": is_sitemap, "lastmod_claim": claim == 1,
             "sitemap_priority": float(priority) if _number(priority) is not None else None,
             "changefreq": changefreq if isinstance(changefreq, str) else None,
             "hub_yield": float(hub) if _number(hub) is not None else None, "sitemap_for": sitemap_for,
-            "inlinks": inlinks if _non_negative_int(inlinks) and inlinks < 1 << SKETCH_BITS else 0}
+            "inlinks": inlinks if _non_negative_int(inlinks) and inlinks < 1 << SKETCH_BITS else 0,
+            "canonical_of": tuple(a for a in aliases[:MAX_CANONICAL_ALIASES] if isinstance(a, str) and a)
+            if isinstance(aliases, list) else ()}
 
 
 def sitemap_hints(raw: dict[str, Any]) -> tuple[float | None, str | None]:
@@ -449,6 +459,52 @@ def with_hub_yield(record: UrlRecord, new_urls: int) -> UrlRecord:
     old = record.hub_yield
     value = float(new_urls) if old is None else (1.0 - HUB_MEMORY) * old + HUB_MEMORY * new_urls
     return replace(record, hub_yield=round(value, 2))
+
+
+# A canonical URL remembers at most this many of the pages that named it (rel=canonical judged a hint)
+# while it waits for its fetch, so that a broken answer revises their verdicts (decision 1820). The
+# first ones are kept: a page named later is left with its hint, which a consumer checks against the
+# canonical's own outcome as before (decision 1804). 4 URLs: a product page's colour and size variants.
+MAX_CANONICAL_ALIASES = 4
+
+
+class Claim(str, enum.Enum):
+    """What became of one page's claim that a URL is its canonical (`claim_canonical`, decision 1820)."""
+
+    REMEMBERED = "remembered"    # the URL waits for its fetch: the page is kept in its record
+    REPEATED = "repeated"        # the page was already kept
+    OVER_LIMIT = "over_limit"    # MAX_CANONICAL_ALIASES pages are kept already
+    BROKEN = "broken"            # the URL's last fetch found it broken: revise the page's verdict now
+    SETTLED = "settled"          # fetched and not broken (or not fetchable): the hint stands
+
+
+def claim_canonical(record: UrlRecord, alias: str) -> tuple[UrlRecord, Claim]:
+    """The URL's record after page `alias` named it as its canonical, and what that means (decision 1820):
+    a queued URL keeps the page (up to MAX_CANONICAL_ALIASES) for its completion to answer; one already
+    fetched answers now, broken (`broken_reason`) or settled. The same record object when unchanged."""
+    if broken_reason(record) is not None:
+        return record, Claim.BROKEN
+    if record.status is not UrlStatus.QUEUED:
+        return record, Claim.SETTLED
+    if alias in record.canonical_of:
+        return record, Claim.REPEATED
+    if len(record.canonical_of) >= MAX_CANONICAL_ALIASES:
+        return record, Claim.OVER_LIMIT
+    return replace(record, canonical_of=record.canonical_of + (alias,)), Claim.REMEMBERED
+
+
+def broken_reason(record: UrlRecord | None, http_status: Any = None) -> str | None:
+    """Why a canonical whose row is `record` is broken, for its pages' revised verdicts (decision 1820),
+    or None when it is not: its last fetch answered 404 or 410 (`http_status`, when the caller has the
+    completion, says which) or was the host's soft 404 (decision 1803)."""
+    if record is None:
+        return None
+    if record.status is UrlStatus.GONE:
+        answer = http_status if http_status in GONE_STATUSES else "404 or 410"
+        return f"canonical answered {answer}"
+    if record.status is UrlStatus.SOFT_404:
+        return "canonical is a soft 404"
+    return None
 
 
 @dataclass(frozen=True)
@@ -632,7 +688,9 @@ def due_row(entries: list[list[Any]]) -> str:
 def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueItem | Verdict:
     """A `UrlEntry` of a discovered batch as a QueueItem, or the Verdict that drops it (never raises).
 
-    MALFORMED: missing or mistyped fields, or a `sitemap_for` that is not a host key. WRONG_HOST: the
+    MALFORMED: missing or mistyped fields, a `sitemap_for` that is not a host key, or a `canonical_of`
+    that is not an http(s) URL of at most _MAX_URL_LENGTH characters on the URL's registrable domain
+    (and not the URL itself; decision 1820). WRONG_HOST: the
     URL is not on `host` by `host_of` (udfs.urls.host_key), so this host's robots.txt and politeness
     must not judge it. A missing `redirect_hops` reads as 0 (decision 0804: the WARC writer must set
     source hops + 1). A well-formed `sitemap_for` is kept only on a sitemap of another host than the one
@@ -658,9 +716,23 @@ def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueIte
             return Verdict.WRONG_HOST
     except (ValueError, TypeError):
         return Verdict.MALFORMED
+    alias = raw.get("canonical_of")
+    if alias is not None and not _canonical_alias(alias, url, host, host_of):
+        return Verdict.MALFORMED
     return QueueItem(url, fp, depth, min(max(priority, 0), PRIORITIES - 1), redirect_hops=hops,
                      written=_written_form(raw.get("written"), url), sitemap=sitemap,
-                     sitemap_for=sitemap_for if sitemap and sitemap_for != host else None)
+                     sitemap_for=sitemap_for if sitemap and sitemap_for != host else None, canonical_of=alias)
+
+
+def _canonical_alias(alias: Any, url: str, host: str, host_of: Callable[[str], str]) -> bool:
+    """Whether an entry's `canonical_of` can be the page that named `url` (on `host`) as its canonical:
+    another http(s) URL of bounded length on the same registrable domain (decisions 1804, 1820)."""
+    if not isinstance(alias, str) or alias == url or not 0 < len(alias) <= _MAX_URL_LENGTH:
+        return False
+    try:
+        return registrable_domain(host_of(alias)) == registrable_domain(host)
+    except (ValueError, TypeError):
+        return False
 
 
 def is_host_key(value: Any) -> bool:
@@ -1267,7 +1339,8 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
     now + max(crawl_delay, 1/rate, 10 × fetch time), raised by backoff. 429/5xx/timeouts/network
     errors put the URL back (attempt + 1) until max_attempts, then park it; a 301/308 with a target
     is MOVED_PERMANENTLY, a 302/303/307 with one REDIRECTED (RFC 9110 §15.4; the target itself
-    arrives as a discovered URL); anything else is DONE.
+    arrives as a discovered URL); a 404 or 410 is GONE (DONE by another name, decision 1820); anything
+    else is DONE.
     With a `recrawl` policy, a 2xx or 304 also updates the URL's history (`previous` is its row) and
     schedules it (`recrawl_record`).
     """
@@ -1300,8 +1373,11 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
         state, record, change = recrawl_record(state, previous, lease.item, event, now, recrawl)
         return state, Outcome(True, record, lease.item.fp, change=change, recrawl=lease.item.recrawl,
                               url=lease.item.url)
-    record = UrlRecord(UrlStatus.DONE, now, etag, modified)
+    record = UrlRecord(UrlStatus.GONE if http_status in GONE_STATUSES else UrlStatus.DONE, now, etag, modified)
     return state, Outcome(True, record, lease.item.fp, recrawl=lease.item.recrawl)
+
+
+GONE_STATUSES = (404, 410)   # a final answer that the resource is not there (RFC 9110 §15.5.5, §15.5.11)
 
 
 def recrawl_record(state: HostState, previous: UrlRecord | None, item: QueueItem, event: dict[str, Any],

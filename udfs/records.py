@@ -11,6 +11,9 @@ Topics
   Apart from discoveries so a backlog of new URLs never delays the end of a lease (decision 1610).
   Both topics carry the one event schema and the job reads any event type from either.
 - `pages.parsed`   (key = url_fp as decimal text): `ParsedPage`.
+- `crawl.status`: what the job reports about its input and its verdicts: `rejected_event` and
+  `rejected_command` (key "rejected"), and `CanonicalRevised` (key = the alias page's url_fp as decimal
+  text, like its pages.parsed record; decision 1820).
 Between operators: `FetchRequest` (frontier → fetcher), `FetchResult` (fetcher → parse / WARC).
 """
 from __future__ import annotations
@@ -73,6 +76,12 @@ class UrlEntry(TypedDict):
     lastmod: NotRequired[int]
     sitemap_priority: NotRequired[float]
     changefreq: NotRequired[str]
+    # The URL is the rel=canonical the page at this URL named, judged a `hint` (decision 1804): the
+    # frontier remembers the page (udfs.frontier_logic.MAX_CANONICAL_ALIASES of them) until the URL is
+    # fetched, and if it answers 404, 410 or is a soft 404 it revises that page's verdict on crawl.status
+    # (`CanonicalRevised`, decision 1820). An http(s) URL on the same registrable domain, not the URL
+    # itself; the frontier drops an entry with any other value as malformed.
+    canonical_of: NotRequired[str]
 
 
 class DiscoveredBatch(TypedDict):
@@ -264,6 +273,20 @@ class ParsedPage(TypedDict):
     warc_length: int
     optout: NotRequired[dict[str, Any]]   # {"reserved": bool, "reason": str} (udfs.optout; decision 1203)
     canonical: NotRequired[dict[str, str]]   # {"url", "trust", "reason"} (udfs.canonical; decision 1804)
+
+
+class CanonicalRevised(TypedDict):
+    """A `crawl.status` record (decision 1820): the `hint` canonical a page named in its pages.parsed
+    record (decision 1804) turned out broken when fetched, so that page's verdict is now `ignored`. A
+    consumer folding aliases into canonicals applies it to the page `url` (the same key as its
+    pages.parsed record)."""
+
+    v: int
+    type: Literal["canonical_revised"]
+    url: str            # the page that named the canonical (its pages.parsed `url`)
+    canonical: str      # the canonical it named
+    trust: Literal["ignored"]
+    reason: str         # "canonical answered 404", "... 410", "... 404 or 410", "canonical is a soft 404"
 
 
 class ContractError(ValueError):

@@ -356,7 +356,7 @@ def test_transient_failures_are_retried_until_parked(kw):
     assert state.backoff_s == 10.0
 
 
-@pytest.mark.parametrize("kw", [{"http_status": 404}, {"http_status": 304},
+@pytest.mark.parametrize("kw", [{"http_status": 403}, {"http_status": 304},
                                 {"http_status": 301, "redirect": None},  # a 3xx without a usable Location
                                 {"fetch_status": "blocked", "http_status": None},
                                 {"fetch_status": "too_large"}])
@@ -364,6 +364,15 @@ def test_final_outcomes_are_done(kw):
     state, req = leased()
     _, out = fl.on_completion(state, completion(req, **kw), NOW + 1)
     assert out.record.status is UrlStatus.DONE and out.requeue is None
+
+
+@pytest.mark.parametrize("http_status", [404, 410])
+def test_a_404_or_410_is_gone_a_done_row_by_another_name(http_status):
+    state, req = leased()
+    _, out = fl.on_completion(state, completion(req, http_status=http_status), NOW + 1)
+    assert out.record == UrlRecord(UrlStatus.GONE, NOW + 1, '"v1"', None) and out.requeue is None
+    assert fl.in_cycle(out.record, NOW + 2, fl.DEFAULT_FRONTIER_POLICY)   # the crawl-cycle rule, as for DONE
+    assert out.record.to_row() == f'["gone",{NOW + 1},"\\"v1\\"",null]'   # the short version 1 row
 
 
 def test_healthy_completions_lower_backoff_slowly():
