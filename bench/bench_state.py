@@ -7,7 +7,9 @@ through the REST API) and a checkpoint has completed after that, then reads the 
 checkpointed state size from Flink's checkpoint statistics. Every admitted URL is still queued (no
 fetcher answers), so the figure counts a URL record and a queue slot: the upper bound of what a
 known URL costs (a fetched URL keeps only its record). The seen-URL filter's memory is reported
-beside it. `python -m bench.bench_state [--hosts 200 --urls-per-host 500]`.
+beside it, with its fill after the run (the `bloom_fill_ratio_ppm` gauge) and the false-positive
+rate that fill gives. `python -m bench.bench_state [--hosts 200 --urls-per-host 500]
+[--bloom-urls N] [--timeout S]`; issue #5 asks for 1 M and 10 M URLs (`--hosts 2000`, `--hosts 20000`).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 
 from jobs.crawl import python_worker_settings
 from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
-from udfs.bloom import DEFAULT_BLOOM_POLICY
+from udfs.bloom import BloomPolicy
 from udfs.records import decode_frontier_event
 from udfs.urls import normalize_url, url_fp
 
@@ -54,7 +56,8 @@ def rest_get(rest: str, path: str):
         return json.load(response)
 
 
-def measure(hosts: int, per_host: int, port: int, work: Path) -> dict[str, float]:
+def measure(hosts: int, per_host: int, port: int, work: Path, bloom: BloomPolicy,
+            timeout_s: float = 600.0) -> dict[str, float]:
     feed = work / "feed"
     feed.mkdir()
     config = Configuration()
@@ -73,19 +76,20 @@ def measure(hosts: int, per_host: int, port: int, work: Path) -> dict[str, float
               .map(decode_frontier_event).uid("decode").name("decode"))
     no_controls = env.from_collection([], type_info=Types.STRING()).map(json.loads).uid("controls")
     requests = attach_frontier(events.key_by(lambda e: e["host"], key_type=Types.STRING()),
-                               broadcast_controls(no_controls), FrontierFunction())
+                               broadcast_controls(no_controls), FrontierFunction(bloom=bloom))
     requests.map(lambda r: 0).uid("drop").name("drop")
     client = env.execute_async("bench-state")
     try:
         rng = random.Random(11)
-        lines = [json.dumps({"v": 1, "type": "discovered", "host": f"h{i:05d}.example",
-                             "urls": fake_urls(f"h{i:05d}.example", per_host, rng)}) for i in range(hosts)]
         tmp = feed / ".all.tmp"
-        tmp.write_text("\n".join(lines) + "\n")
+        with tmp.open("w") as out:   # written as generated: 10 M URLs are ~1.5 GB of events
+            for i in range(hosts):
+                out.write(json.dumps({"v": 1, "type": "discovered", "host": f"h{i:05d}.example",
+                                      "urls": fake_urls(f"h{i:05d}.example", per_host, rng)}) + "\n")
         tmp.rename(feed / "all.jsonl")
         rest = f"http://127.0.0.1:{port}"
         job_id = str(client.get_job_id())
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + timeout_s
         history: list[int] = []
         settled_at = None
         while time.monotonic() < deadline:
@@ -97,8 +101,9 @@ def measure(hosts: int, per_host: int, port: int, work: Path) -> dict[str, float
             if settled_at is not None:
                 latest = rest_get(rest, f"/jobs/{job_id}/checkpoints")["latest"]["completed"]
                 if latest and latest["latest_ack_timestamp"] > settled_at + 500:
-                    return _frontier_state_bytes(rest, job_id, latest["id"]) | {"admitted": history[-1]}
-        raise TimeoutError("the frontier did not admit every URL and checkpoint in 600 s")
+                    return _frontier_state_bytes(rest, job_id, latest["id"]) | {
+                        "admitted": history[-1], "bloom_fill": _frontier_metric(rest, job_id, "bloom_fill_ratio_ppm") / 1e6}
+        raise TimeoutError(f"the frontier did not admit every URL and checkpoint in {timeout_s:g} s")
     finally:
         client.cancel().result()
 
@@ -108,12 +113,17 @@ def _frontier_vertex(rest: str, job_id: str) -> str:
 
 
 def _admitted(rest: str, job_id: str) -> int:
+    return int(_frontier_metric(rest, job_id, "admitted"))
+
+
+def _frontier_metric(rest: str, job_id: str, name: str) -> float:
+    """The frontier subtask's metric `frontier.<name>` (0 until it is registered)."""
     vertex = _frontier_vertex(rest, job_id)
     names = [m["id"] for m in rest_get(rest, f"/jobs/{job_id}/vertices/{vertex}/metrics")
-             if m["id"].endswith(".frontier.admitted")]
+             if m["id"].endswith(f".frontier.{name}")]
     if not names:
-        return 0
-    return int(float(rest_get(rest, f"/jobs/{job_id}/vertices/{vertex}/metrics?get={names[0]}")[0]["value"]))
+        return 0.0
+    return float(rest_get(rest, f"/jobs/{job_id}/vertices/{vertex}/metrics?get={names[0]}")[0]["value"])
 
 
 def _frontier_state_bytes(rest: str, job_id: str, checkpoint_id: int) -> dict[str, float]:
@@ -129,21 +139,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, default=200)
     parser.add_argument("--urls-per-host", type=int, default=500)
     parser.add_argument("--port", type=int, default=18091)
+    parser.add_argument("--bloom-urls", type=int, default=BloomPolicy().expected_urls,
+                        help="URLs the seen-URL filter is sized for (bloom.expected_urls)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for admission and a checkpoint")
     args = parser.parse_args(argv)
+    bloom = BloomPolicy(expected_urls=args.bloom_urls)
     work = Path(tempfile.mkdtemp(prefix="bench-state-"))
     try:
         started = time.monotonic()
-        figures = measure(args.hosts, args.urls_per_host, args.port, work)
+        figures = measure(args.hosts, args.urls_per_host, args.port, work, bloom, args.timeout)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     urls = figures["admitted"]
     print(f"frontier state, {args.hosts} hosts x {args.urls_per_host} URLs = {int(urls):,} known URLs "
           f"(all queued: URL record + queue slot), RocksDB full checkpoint ({time.monotonic() - started:.0f} s run)")
     print(f"  checkpointed state: {figures['state_bytes'] / 1e6:.1f} MB = {figures['state_bytes'] / urls:.0f} bytes per known URL")
-    bloom = DEFAULT_BLOOM_POLICY
     print(f"  seen-URL filter (memory, not state): {bloom.bits / bloom.expected_urls:.1f} bits = "
           f"{bloom.bits / 8 / bloom.expected_urls:.2f} bytes per URL at {bloom.false_positive_rate:.0%} "
           f"false positives ({bloom.bits / 8 / 1e6:.1f} MB per frontier subtask for {bloom.expected_urls:,} URLs)")
+    fill = figures["bloom_fill"]
+    print(f"  seen-URL filter after the run: fill {fill:.1%}, so about {fill ** bloom.probes:.2%} false positives "
+          f"({bloom.probes} probes)")
     return 0
 
 
