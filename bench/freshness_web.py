@@ -238,14 +238,18 @@ def run(spec: Spec, progress: Any = print) -> dict[str, Any]:
 
     began = time.monotonic()
     stack = Stack(StackConfig(state_dir=STATE))
-    progress("starting Kafka and Flink (private stack under .cache/bench-stack) ...")
-    stack.up()
     runs: dict[str, Any] = {}
-    try:
-        for scheduler in spec.schedulers:
+    for scheduler in spec.schedulers:
+        # A stack of its own for each scheduler: each starts from the same cold cluster, and a
+        # TaskManager that the previous job's cancellation took down (a PyFlink/Beam race on closing
+        # the shared Python environment, seen once: "Reference count must not be negative") cannot
+        # leave the next job without slots.
+        progress(f"{scheduler}: starting Kafka and Flink (private stack under .cache/bench-stack) ...")
+        stack.up()
+        try:
             runs[scheduler] = run_one(spec, scheduler, stack, progress)
-    finally:
-        stack.down()
+        finally:
+            stack.down()
     result = {"stamp": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
               "machine": _machine(), "took_s": time.monotonic() - began,
               "spec": {k: v for k, v in dataclasses.asdict(spec).items() if k != "out"},
