@@ -50,7 +50,7 @@ from udfs.robots_cache import RulesByBody
 from udfs.sitemaps import SitemapPolicy
 from udfs.soft404 import Soft404Policy, is_suspect, probe_url
 from udfs.traps import DEFAULT_TRAP_POLICY, TrapPolicy
-from udfs.urls import host_key, url_fp
+from udfs.urls import host_key, is_fp, url_fp
 
 # Counters under the metric group `frontier` (Scrapy-style stats: every drop and deny counted).
 METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
@@ -455,7 +455,7 @@ class HostFrontier:
 
     def _note_hub_yield(self, from_fp: Any, new_urls: int) -> None:
         """The page a same-host discovery came from brought `new_urls` new URLs: its hub yield (decision 1815)."""
-        if not isinstance(from_fp, int) or isinstance(from_fp, bool) or not 0 <= from_fp < (1 << 64):
+        if not is_fp(from_fp):
             return
         key = fl.signed_fp(from_fp)
         row = self.urls.get(key)

@@ -59,7 +59,7 @@ from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, probe_due
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
 from udfs.traps import DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, HostTrapSummary, TrapContext, TrapPolicy, check_url
-from udfs.urls import host_key, normalize_url, registrable_domain, url_fp
+from udfs.urls import host_key, is_fp, normalize_url, registrable_domain, url_fp
 
 def replace(obj: Any, **changes: Any) -> Any:
     """`dataclasses.replace` for the frontier's own frozen records, without its per-call work (it
@@ -702,7 +702,7 @@ def coerce_entry(raw: Any, host: str, host_of: Callable[[str], str]) -> QueueIte
     depth, priority, hops = raw.get("depth", 0), raw.get("priority", 5), raw.get("redirect_hops", 0)
     if not isinstance(url, str) or not url or len(url) > _MAX_URL_LENGTH:
         return Verdict.MALFORMED
-    if not isinstance(fp, int) or isinstance(fp, bool) or not 0 <= fp < (1 << 64):
+    if not is_fp(fp):
         return Verdict.MALFORMED
     if not _non_negative_int(depth) or not _non_negative_int(hops):
         return Verdict.MALFORMED

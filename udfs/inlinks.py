@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+from udfs.urls import is_fp
+
 SKETCH_BITS = 32
 _SHIFT = 64 - 5   # the top 5 bits of a 64-bit url_fp pick one of the 32
 
@@ -20,7 +22,7 @@ _SHIFT = 64 - 5   # the top 5 bits of a 64-bit url_fp pick one of the 32
 def linked_from(bits: int, from_fp: object, fp: int) -> int:
     """The sketch `bits` of URL `fp` after page `from_fp` linked to it; unchanged for a page linking to
     itself or an unreadable `from_fp` (older writers send none)."""
-    if not isinstance(from_fp, int) or isinstance(from_fp, bool) or not 0 <= from_fp < 1 << 64 or from_fp == fp:
+    if not is_fp(from_fp) or from_fp == fp:
         return bits
     return bits | 1 << (from_fp >> _SHIFT)
 

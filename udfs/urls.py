@@ -289,6 +289,11 @@ def _dropped(lname: str, value: str, policy: UrlPolicy) -> bool:
     return False
 
 
+def is_fp(value: object) -> bool:
+    """Whether `value` can be a url_fp: an unsigned 64-bit int (not a bool); never raises."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 64
+
+
 def url_fp(normalized_url: str) -> int:
     """Stable unsigned 64-bit fingerprint of a normalised URL (ARCHITECTURE.md §3 `url_fp`; decision 0102).
 
