@@ -71,7 +71,7 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "budget_waits",
     # decision 1803: soft-404 probes leased, hosts whose probe was answered 200 (their pages are
     # checked), and pages found to be the host's "not found" page
-    "probe_leased", "probe_suspect", "soft_404",
+    "probe_leased", "probe_suspect", "probe_by_tdmrep", "soft_404",
     # decision 1811: questions to the domain census, and its answers (a host's share of its domain's budget)
     "census_asked", "domain_shares_heard",
     # decision 1812: sitemaps a robots.txt listed that were offered to the queues of the hosts serving
@@ -538,6 +538,9 @@ class HostFrontier:
             return state
         if outcome.store_tdmrep is not None:
             self._store_tdmrep(host, outcome.store_tdmrep)
+        state, answered = fl.probe_from_tdmrep(state, event, now, self.soft404)
+        if answered:
+            self.count("probe_by_tdmrep")
         return state
 
     def _probe_result(self, state: fl.HostState, event: dict[str, Any], now: float,

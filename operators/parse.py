@@ -162,11 +162,14 @@ def probe_outputs(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY) -
 def _preflight(result: FetchResult) -> PreflightResult:
     """The fields every per-host fetch outcome carries: the lease it ends and how the fetch went."""
     request = result["request"]
-    return PreflightResult(
+    preflight = PreflightResult(
         v=SCHEMA_VERSION, host=request["host"], lease_id=request["lease_id"], fetch_status=result["fetch_status"],
         http_status=result["http_status"], fetched_at=result["done_at"],
         fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3), ip=result.get("ip"),
     )
+    if response_url(result) != request["url"]:
+        preflight["redirected"] = True   # the answer is another URL's (decision 1821)
+    return preflight
 
 
 def robots_event(result: FetchResult, max_bytes: int) -> RobotsResult:

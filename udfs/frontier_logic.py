@@ -55,7 +55,7 @@ from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, Page
                           tier_weights, value_weight)
 from udfs.budgets import (BudgetPolicy, BudgetRow, ImportanceSignals, Scope, admit_all, admit_budget, admit_round,
                            importance, next_page_at)
-from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, probe_due
+from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, preflight_answer, probe_due
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
 from udfs.traps import DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, HostTrapSummary, TrapContext, TrapPolicy, check_url
@@ -1239,6 +1239,18 @@ def on_tdmrep(state: HostState, event: dict[str, Any], now: float,
         state = replace(state, tdmrep_expires_at=now + robots_policy.cache_ttl_s, tdmrep_found=True)
         return state, Outcome(True, store_tdmrep=body)
     return _no_tdmrep(state, now, robots_policy), Outcome(True, store_tdmrep="")
+
+
+def probe_from_tdmrep(state: HostState, event: dict[str, Any], now: float,
+                      soft404: Soft404Policy | None) -> tuple[HostState, bool]:
+    """After a tdmrep.json result ended its lease: when the host answered it 404 or 410 itself, that
+    answer stands in for a due soft-404 probe (decision 1821). The state, and whether it did."""
+    if soft404 is None or event.get("fetch_status") != FetchStatus.OK.value:
+        return state, False
+    probe = preflight_answer(state.probe, event.get("http_status"), event.get("redirected"), now, soft404)
+    if probe is None:
+        return state, False
+    return replace(state, probe=probe), True
 
 
 def lease_page(state: HostState, item: QueueItem, rules: RulesLike | None, host: str, now: float,

@@ -142,6 +142,9 @@ class PreflightResult(TypedDict):
     fetched_at: float
     fetch_ms: float
     ip: NotRequired[str | None]  # the server address fetched from
+    # Set only when true: the answer came from another URL than the one asked for (robots.txt and
+    # tdmrep.json follow redirects), so it says nothing of how the host answers missing paths (1821).
+    redirected: NotRequired[bool]
 
 
 class RobotsResult(PreflightResult):

@@ -73,6 +73,9 @@ class Soft404Policy:
         synthetic web's error pages, echoing paths of 2 to 45 characters, stay above 0.85.
     reprobe_after_s: a conclusive probe is repeated after this, as sites change (30 days).
     retry_after_s: an inconclusive probe (redirect, 5xx, timeout, network error) is repeated after this (1 day).
+    preflight_answers: a tdmrep.json the host itself answers 404 or 410 (no redirect) is a missing path
+        answered honestly, so it stands in for a probe that is due, unless the last probe was answered
+        200 (True; decision 1821). False: every host gets its own probe request.
     """
 
     enabled: bool = True
@@ -81,6 +84,7 @@ class Soft404Policy:
     min_length_ratio: float = 0.8
     reprobe_after_s: float = 30 * 86_400.0
     retry_after_s: float = 86_400.0
+    preflight_answers: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.max_hamming, bool) or not isinstance(self.max_hamming, int) \
@@ -88,8 +92,9 @@ class Soft404Policy:
             raise ValueError(f"soft404.max_hamming must be an integer within [0, 64], got {self.max_hamming!r}")
         if not isinstance(self.enabled, bool):
             raise ValueError(f"soft404.enabled must be true or false, got {self.enabled!r}")
-        if not isinstance(self.use_title, bool):
-            raise ValueError(f"soft404.use_title must be true or false, got {self.use_title!r}")
+        for name in ("use_title", "preflight_answers"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"soft404.{name} must be true or false, got {getattr(self, name)!r}")
         if not _finite(self.min_length_ratio) or not 0 <= self.min_length_ratio <= 1:
             raise ValueError(f"soft404.min_length_ratio must be within [0, 1], got {self.min_length_ratio!r}")
         for name in ("reprobe_after_s", "retry_after_s"):
@@ -182,6 +187,25 @@ def is_suspect(probe: ProbeRow | None) -> bool:
 def is_honest(probe: ProbeRow | None) -> bool:
     """The probe was answered 404 or 410: the host reports missing pages, so its 200s are trusted (decision 1802)."""
     return probe is not None and probe.status in _HONEST_STATUSES
+
+
+def preflight_answer(probe: ProbeRow | None, status: Any, redirected: Any, now: float,
+                     policy: Soft404Policy = DEFAULT_SOFT404_POLICY) -> ProbeRow | None:
+    """The probe answer a host's own 404 or 410 to `/.well-known/tdmrep.json` gives (decision 1821), or None.
+
+    Most hosts have no tdmrep.json, and the crawler asks for it before the probe: a host that answers
+    it 404 or 410 itself (no redirect) reports missing paths, which is all an honest probe answer says.
+    (robots.txt does not count: servers often answer it apart from the rest, from disk or a dedicated
+    route, in front of an application that answers every other path with a page.) It stands in only
+    for a probe that is due, and never for one answered 200: a host once found serving its missing
+    pages as pages keeps its own probe.
+    """
+    honest = type(status) is int and status in _HONEST_STATUSES
+    if not policy.preflight_answers or not honest or redirected is True:
+        return None
+    if is_suspect(probe) or not probe_due(probe, now, policy):
+        return None
+    return ProbeRow(status, None, 0, "", now)
 
 
 def probe_due(probe: ProbeRow | None, now: float, policy: Soft404Policy = DEFAULT_SOFT404_POLICY) -> bool:

@@ -23,6 +23,7 @@ from udfs.soft404 import (
     is_honest,
     is_soft_404,
     normalize_title,
+    preflight_answer,
     probe_due,
     probe_url,
 )
@@ -38,12 +39,14 @@ PROBE = ProbeRow(200, FP, 1000, "page not found", T0)
 def test_defaults_are_the_documented_ones() -> None:
     assert (P.max_hamming, P.use_title, P.min_length_ratio) == (3, True, 0.8)
     assert (P.reprobe_after_s, P.retry_after_s) == (30 * 86_400.0, 86_400.0)
+    assert P.preflight_answers is True
 
 
 @pytest.mark.parametrize(("field", "value", "message"), [
     ("max_hamming", 65, "max_hamming must be an integer within"),
     ("max_hamming", True, "max_hamming"),
     ("use_title", 1, "use_title must be true or false"),
+    ("preflight_answers", "yes", "preflight_answers must be true or false"),
     ("min_length_ratio", 1.5, "min_length_ratio must be within"),
     ("reprobe_after_s", 0, "reprobe_after_s must be a finite number > 0"),
     ("retry_after_s", float("nan"), "retry_after_s"),
@@ -130,6 +133,30 @@ def test_a_foreign_or_malformed_probe_row_is_an_error(text: str, message: str) -
 ])
 def test_probe_due_repeats_conclusive_answers_rarely_and_inconclusive_ones_daily(probe, elapsed, due) -> None:
     assert probe_due(probe, T0 + elapsed) is due
+
+
+# --- a tdmrep.json answer standing in for the probe (decision 1821) -------------------------------
+
+@pytest.mark.parametrize(("probe", "status", "redirected", "answer"), [
+    (None, 404, None, 404),                                          # never probed: the 404 answers it
+    (None, 410, False, 410),
+    (None, 404, True, None),                                         # another URL's 404 says nothing
+    (None, 200, None, None), (None, 403, None, None), (None, 503, None, None),
+    (None, 404.0, None, None), (None, True, None, None), (None, "404", None, None),   # hostile events
+    (ProbeRow(503, None, 0, "", T0 - 86_400.0), 404, None, 404),     # an inconclusive probe now due
+    (ProbeRow(404, None, 0, "", T0 - 86_400.0), 404, None, None),    # an honest answer not yet due
+    (ProbeRow(200, FP, 900, "not found", T0 - 31 * 86_400.0), 404, None, None),   # once suspect: probed again
+])
+def test_a_hosts_own_404_to_tdmrep_json_answers_a_due_probe(probe, status, redirected, answer) -> None:
+    row = preflight_answer(probe, status, redirected, T0)
+    assert (row.status if row is not None else None) == answer
+    if row is not None:
+        assert is_honest(row) and row == ProbeRow(answer, None, 0, "", T0)
+        assert not probe_due(row, T0 + 29 * 86_400.0)
+
+
+def test_preflight_answers_can_be_switched_off() -> None:
+    assert preflight_answer(None, 404, None, T0, Soft404Policy(preflight_answers=False)) is None
 
 
 # --- the comparison -------------------------------------------------------------------------------

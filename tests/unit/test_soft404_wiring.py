@@ -7,10 +7,12 @@ import json
 
 import pytest
 
-from operators.parse import is_probe, parse_result, probe_event
+from operators.parse import is_probe, parse_result, probe_event, robots_event
 from operators.warc_writer import completion_event, discovered_batches, parsed_page
 from tests.synthweb.render import small_page
-from tests.unit.test_frontier_logic_host import HOST, T0, Harness
+from operators.frontier import HostFrontier
+from tests.unit.test_frontier_logic_host import HOST, T0, Harness, Value
+from udfs.optout import OptOutPolicy
 from udfs import frontier_logic as fl
 from udfs.politeness import PolitenessPolicy
 from udfs.records import ContractError, b64, decode_frontier_event
@@ -153,7 +155,7 @@ def test_a_soft_404_completion_is_an_error_row_looked_at_again_only_after_the_lo
 def test_the_frontier_leases_the_probe_and_then_sends_its_answer_with_each_page():
     h = Harness(politeness=POLITENESS, soft404=POLICY)
     (robots,) = h.discover("/a", "/b")
-    h.robots(robots, http_status=404, body=b"")
+    h.robots(robots, http_status=200, body=b"User-agent: *\nDisallow: /private/\n")
     (probe,) = h.advance(1.0)
     assert probe["kind"] == "probe" and h.counts["probe_leased"] == 1
     assert h.event(_probe_event(probe)) == []
@@ -169,11 +171,80 @@ def test_the_frontier_leases_the_probe_and_then_sends_its_answer_with_each_page(
 def test_pages_of_an_honest_host_carry_no_probe():
     h = Harness(politeness=POLITENESS, soft404=POLICY)
     (robots,) = h.discover("/a")
-    h.robots(robots, http_status=404, body=b"")
+    h.robots(robots, http_status=200, body=b"User-agent: *\nDisallow: /private/\n")
     (probe,) = h.advance(1.0)
     h.event(_probe_event(probe, 404, simhash=None))
     (page,) = h.advance(1.0)
     assert "soft404_probe" not in page and h.counts["probe_suspect"] == 0
+
+
+ROBOTS_FILE = b"User-agent: *\nDisallow: /private/\n"
+
+
+def _with_tdmrep() -> Harness:
+    """A host's frontier that fetches tdmrep.json (decision 1930) and probes for soft 404s."""
+    h = Harness(politeness=POLITENESS, soft404=POLICY)
+    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, h._parse, h.policy, h.politeness,
+                              h.robots_policy, optout=OptOutPolicy(), tdmrep_body=Value(), soft404=POLICY)
+    return h
+
+
+def _tdmrep_answer(h: Harness, request: dict, http_status: int, **extra) -> list[dict]:
+    return h.event({"v": 1, "type": "tdmrep", "host": HOST, "lease_id": request["lease_id"], "fetch_status": "ok",
+                    "http_status": http_status, "fetched_at": h.now, "fetch_ms": 20.0, "body_b64": "", **extra})
+
+
+def test_a_tdmrep_json_the_host_answers_404_stands_in_for_the_probe():
+    h = _with_tdmrep()
+    (robots,) = h.discover("/a")
+    h.robots(robots, http_status=200, body=ROBOTS_FILE)
+    (tdmrep,) = h.advance(1.0)
+    _tdmrep_answer(h, tdmrep, 404)
+    assert h.counts["probe_by_tdmrep"] == 1 and h.state.probe.status == 404
+    (page,) = h.advance(1.0)
+    assert page["kind"] == "page" and "soft404_probe" not in page and h.counts["probe_leased"] == 0
+
+
+@pytest.mark.parametrize(("robots_status", "tdmrep_status", "extra"), [
+    (404, 200, {}),                       # a robots.txt 404 does not count; a tdmrep.json found says nothing
+    (200, 404, {"redirected": True}),     # another URL's 404
+    (200, 403, {}), (200, 503, {}),
+])
+def test_other_answers_leave_the_probe_to_be_fetched(robots_status, tdmrep_status, extra):
+    h = _with_tdmrep()
+    (robots,) = h.discover("/a")
+    h.robots(robots, http_status=robots_status, body=ROBOTS_FILE if robots_status == 200 else b"")
+    (tdmrep,) = h.advance(1.0)
+    _tdmrep_answer(h, tdmrep, tdmrep_status, **extra)
+    released = h.advance(60.0)   # (a 5xx or 403 backs the host off first)
+    assert released[0]["kind"] == "probe" and h.counts["probe_by_tdmrep"] == 0
+
+
+def test_the_probe_of_a_host_once_found_serving_soft_404s_is_fetched_again_whatever_tdmrep_says():
+    h = _with_tdmrep()
+    (robots,) = h.discover("/a")
+    h.robots(robots, http_status=200, body=ROBOTS_FILE)
+    (tdmrep,) = h.advance(1.0)
+    _tdmrep_answer(h, tdmrep, 200)
+    (probe,) = h.advance(1.0)
+    h.event(_probe_event(probe))                     # answered 200: the host serves soft 404s
+    later = T0 + 31 * 86_400.0                       # every answer has expired
+    h.host_row.update(fl.replace(h.state, robots_expires_at=0.0, tdmrep_expires_at=0.0).to_row())
+    h.now = later
+    (robots,) = h.discover("/b")
+    assert robots["kind"] == "robots"
+    h.robots(robots, http_status=200, body=ROBOTS_FILE)
+    (tdmrep,) = h.advance(1.0)
+    _tdmrep_answer(h, tdmrep, 404)
+    (probe,) = h.advance(1.0)
+    assert probe["kind"] == "probe" and h.counts["probe_by_tdmrep"] == 0
+
+
+def test_preflight_events_say_when_the_answer_came_from_another_url():
+    result = _result("/robots.txt", b"", status=404, kind="robots")
+    assert "redirected" not in robots_event(result, 1000)
+    result["url"] = f"http://www.{HOST}/robots.txt"
+    assert robots_event(result, 1000)["redirected"] is True
 
 
 # --- the contract, parse and the writer ----------------------------------------------------------------
