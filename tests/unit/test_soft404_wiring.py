@@ -194,12 +194,18 @@ def _tdmrep_answer(h: Harness, request: dict, http_status: int, **extra) -> list
                     "http_status": http_status, "fetched_at": h.now, "fetch_ms": 20.0, "body_b64": "", **extra})
 
 
+def _preflight(h: Harness, path: str, tdmrep_status: int, robots_status: int = 200, **extra) -> None:
+    """Discover `path`, answer robots.txt and then tdmrep.json as given."""
+    (robots,) = h.discover(path)
+    assert robots["kind"] == "robots"
+    h.robots(robots, http_status=robots_status, body=ROBOTS_FILE if robots_status == 200 else b"")
+    (tdmrep,) = h.advance(1.0)
+    _tdmrep_answer(h, tdmrep, tdmrep_status, **extra)
+
+
 def test_a_tdmrep_json_the_host_answers_404_stands_in_for_the_probe():
     h = _with_tdmrep()
-    (robots,) = h.discover("/a")
-    h.robots(robots, http_status=200, body=ROBOTS_FILE)
-    (tdmrep,) = h.advance(1.0)
-    _tdmrep_answer(h, tdmrep, 404)
+    _preflight(h, "/a", 404)
     assert h.counts["probe_by_tdmrep"] == 1 and h.state.probe.status == 404
     (page,) = h.advance(1.0)
     assert page["kind"] == "page" and "soft404_probe" not in page and h.counts["probe_leased"] == 0
@@ -212,30 +218,19 @@ def test_a_tdmrep_json_the_host_answers_404_stands_in_for_the_probe():
 ])
 def test_other_answers_leave_the_probe_to_be_fetched(robots_status, tdmrep_status, extra):
     h = _with_tdmrep()
-    (robots,) = h.discover("/a")
-    h.robots(robots, http_status=robots_status, body=ROBOTS_FILE if robots_status == 200 else b"")
-    (tdmrep,) = h.advance(1.0)
-    _tdmrep_answer(h, tdmrep, tdmrep_status, **extra)
+    _preflight(h, "/a", tdmrep_status, robots_status, **extra)
     released = h.advance(60.0)   # (a 5xx or 403 backs the host off first)
     assert released[0]["kind"] == "probe" and h.counts["probe_by_tdmrep"] == 0
 
 
 def test_the_probe_of_a_host_once_found_serving_soft_404s_is_fetched_again_whatever_tdmrep_says():
     h = _with_tdmrep()
-    (robots,) = h.discover("/a")
-    h.robots(robots, http_status=200, body=ROBOTS_FILE)
-    (tdmrep,) = h.advance(1.0)
-    _tdmrep_answer(h, tdmrep, 200)
+    _preflight(h, "/a", 200)
     (probe,) = h.advance(1.0)
     h.event(_probe_event(probe))                     # answered 200: the host serves soft 404s
-    later = T0 + 31 * 86_400.0                       # every answer has expired
     h.host_row.update(fl.replace(h.state, robots_expires_at=0.0, tdmrep_expires_at=0.0).to_row())
-    h.now = later
-    (robots,) = h.discover("/b")
-    assert robots["kind"] == "robots"
-    h.robots(robots, http_status=200, body=ROBOTS_FILE)
-    (tdmrep,) = h.advance(1.0)
-    _tdmrep_answer(h, tdmrep, 404)
+    h.now = T0 + 31 * 86_400.0                       # every answer has expired
+    _preflight(h, "/b", 404)
     (probe,) = h.advance(1.0)
     assert probe["kind"] == "probe" and h.counts["probe_by_tdmrep"] == 0
 
