@@ -90,9 +90,7 @@ class Soft404Policy:
         if isinstance(self.max_hamming, bool) or not isinstance(self.max_hamming, int) \
                 or not 0 <= self.max_hamming <= 64:
             raise ValueError(f"soft404.max_hamming must be an integer within [0, 64], got {self.max_hamming!r}")
-        if not isinstance(self.enabled, bool):
-            raise ValueError(f"soft404.enabled must be true or false, got {self.enabled!r}")
-        for name in ("use_title", "preflight_answers"):
+        for name in ("enabled", "use_title", "preflight_answers"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"soft404.{name} must be true or false, got {getattr(self, name)!r}")
         if not _finite(self.min_length_ratio) or not 0 <= self.min_length_ratio <= 1:

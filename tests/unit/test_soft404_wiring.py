@@ -7,13 +7,13 @@ import json
 
 import pytest
 
+from operators.frontier import HostFrontier
 from operators.parse import is_probe, parse_result, probe_event, robots_event
 from operators.warc_writer import completion_event, discovered_batches, parsed_page
 from tests.synthweb.render import small_page
-from operators.frontier import HostFrontier
 from tests.unit.test_frontier_logic_host import HOST, T0, Harness, Value
-from udfs.optout import OptOutPolicy
 from udfs import frontier_logic as fl
+from udfs.optout import OptOutPolicy
 from udfs.politeness import PolitenessPolicy
 from udfs.records import ContractError, b64, decode_frontier_event
 from udfs.recrawl import RecrawlPolicy
@@ -24,6 +24,7 @@ from udfs.urls import url_fp
 POLITENESS = PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.0)
 POLICY = Soft404Policy()
 HTML = [("Content-Type", "text/html; charset=utf-8")]
+ROBOTS_FILE = b"User-agent: *\nDisallow: /private/\n"
 
 
 def _queued(now: float = T0) -> fl.HostState:
@@ -155,7 +156,7 @@ def test_a_soft_404_completion_is_an_error_row_looked_at_again_only_after_the_lo
 def test_the_frontier_leases_the_probe_and_then_sends_its_answer_with_each_page():
     h = Harness(politeness=POLITENESS, soft404=POLICY)
     (robots,) = h.discover("/a", "/b")
-    h.robots(robots, http_status=200, body=b"User-agent: *\nDisallow: /private/\n")
+    h.robots(robots, http_status=200, body=ROBOTS_FILE)
     (probe,) = h.advance(1.0)
     assert probe["kind"] == "probe" and h.counts["probe_leased"] == 1
     assert h.event(_probe_event(probe)) == []
@@ -171,14 +172,11 @@ def test_the_frontier_leases_the_probe_and_then_sends_its_answer_with_each_page(
 def test_pages_of_an_honest_host_carry_no_probe():
     h = Harness(politeness=POLITENESS, soft404=POLICY)
     (robots,) = h.discover("/a")
-    h.robots(robots, http_status=200, body=b"User-agent: *\nDisallow: /private/\n")
+    h.robots(robots, http_status=200, body=ROBOTS_FILE)
     (probe,) = h.advance(1.0)
     h.event(_probe_event(probe, 404, simhash=None))
     (page,) = h.advance(1.0)
     assert "soft404_probe" not in page and h.counts["probe_suspect"] == 0
-
-
-ROBOTS_FILE = b"User-agent: *\nDisallow: /private/\n"
 
 
 def _with_tdmrep() -> Harness:
