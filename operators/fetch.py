@@ -25,11 +25,9 @@ import dataclasses
 import functools
 import json
 import time
-import zlib
 from typing import Any, Callable
 
 import aiohttp
-import brotli
 from yarl import URL
 from pyflink.common import Types
 from pyflink.datastream import DataStream, KeyedProcessFunction
@@ -45,8 +43,8 @@ from udfs.dedup import DedupPolicy
 from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy, gate_key
 from udfs.fetch_stats import COUNTS, PHASES, STATUS_CLASSES, FetchTally
 from udfs.latency import Occupancy, micros
-from udfs.fetch_status import (CappedDecoder, UnsupportedEncoding, fetch_result, header_value, redirect_target,
-                                retry_after_seconds)
+from udfs.fetch_status import (DECODE_ERRORS, CappedDecoder, UnsupportedEncoding, fetch_result, header_value,
+                                redirect_target, retry_after_seconds)
 from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
 from udfs.links import ExtractPolicy
 from udfs.netguard import FetchPolicy
@@ -271,7 +269,7 @@ class Fetcher:
             wire += len(chunk)
             try:
                 exchange.body += decoder.feed(chunk)
-            except (zlib.error, brotli.error) as exc:
+            except DECODE_ERRORS as exc:
                 return FetchStatus.ERROR, f"corrupt {decoder.encoding} body: {exc}"
             if exchange.truncated == "length":
                 return FetchStatus.TOO_LARGE, f"body over {cap} bytes"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import gzip
 import hashlib
 import json
 import re
@@ -24,6 +23,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
+
+from zlib_ng import gzip_ng
 
 WARC_VERSION = "WARC/1.1"
 PROFILE_IDENTICAL_PAYLOAD = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
@@ -64,7 +65,7 @@ class WarcPolicy:
         both are written in base32 and accepted by warcio, jwarc and FastWARC (decision 0500).
     date_precision: "microseconds" (default; WARC 1.1 §5.4 allows fractions, as warcio writes
         for 1.1) or "seconds" (the WARC 1.0 form, for readers that only know it).
-    gzip_level: zlib level 1-9 of each record's gzip member; 6 trades size for speed.
+    gzip_level: deflate level 1-9 of each record's gzip member (zlib-ng, decision 1822); 6 trades size for speed.
     software: the `software` field of warcinfo records.
     """
 
@@ -128,8 +129,10 @@ class WarcRecord:
         return b"".join((WARC_VERSION.encode(), b"\r\n", head, b"\r\n", self.block, b"\r\n\r\n"))
 
     def to_gzip(self, level: int = 6) -> bytes:
-        """The record as exactly one gzip member (WARC 1.1 Annex D.2), mtime 0 so output is reproducible."""
-        return gzip.compress(self.to_bytes(), compresslevel=level, mtime=0)
+        """The record as exactly one gzip member (WARC 1.1 Annex D.2), mtime 0 so output is reproducible.
+
+        zlib-ng writes the same format as zlib, about 1% larger at level 6, in half its CPU time (decision 1822)."""
+        return gzip_ng.compress(self.to_bytes(), compresslevel=level, mtime=0)
 
 
 @dataclasses.dataclass(frozen=True)
