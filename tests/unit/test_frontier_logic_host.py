@@ -8,6 +8,7 @@ cycle, one timer per host, bounded queues.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from operators.frontier import METRICS, HostFrontier
 from udfs import frontier_logic as fl
 from udfs.control_state import ControlTable
+from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.politeness import PolitenessPolicy
 from udfs.records import b64
 from udfs.robots import RobotsPolicy
@@ -74,13 +76,18 @@ class Harness:
                  politeness: PolitenessPolicy = PolitenessPolicy(),
                  robots_policy: RobotsPolicy = RobotsPolicy(), controls: ControlTable | None = None,
                  soft404: Soft404Policy | None = None, budgets: BudgetPolicy | None = None,
-                 census: bool = False, sitemaps: SitemapPolicy | None = None) -> None:
+                 census: bool = False, sitemaps: SitemapPolicy | None = None,
+                 optout: OptOutPolicy | None = None, tdmrep_body: Value | None = None,
+                 parse: Callable[[bytes], object] | None = None) -> None:
+        """`optout` and `tdmrep_body` together turn tdmrep.json leases on (decision 1930); `parse` replaces
+        the counting prefix-rule parser (e.g. the real `parse_robots`)."""
         self.host_row, self.body, self.slots, self.urls = Value(), Value(), Map(), Map()
         self.counts: collections.Counter[str] = collections.Counter()
         self.parses = 0
-        self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, self._parse,
+        self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, parse or self._parse,
                                      policy, politeness, robots_policy, controls=controls, soft404=soft404,
-                                     budgets=budgets, census=census, sitemaps=sitemaps)
+                                     budgets=budgets, census=census, sitemaps=sitemaps,
+                                     optout=optout or DEFAULT_OPTOUT_POLICY, tdmrep_body=tdmrep_body)
         self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
         self.census: list[tuple[float, dict]] = []   # questions to the domain census (decision 1811)
         self.events: list[tuple[str, str, bytes]] = []  # records for other hosts' keys (decision 1812)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from operators.frontier import FrontierFunction, HostFrontier
+from operators.frontier import FrontierFunction
 from tests.unit.test_frontier_logic_host import HOST, T0, Harness, Value
 from udfs import frontier_logic as fl
 from udfs.optout import OptOutPolicy
@@ -152,11 +152,9 @@ def test_the_decoder_accepts_tdmrep_events_and_names_what_a_bad_one_lacks():
 # --- the keyed glue -------------------------------------------------------------------------------
 
 def _frontier(optout: OptOutPolicy = OptOutPolicy(), tdmrep_state: bool = True) -> tuple[Harness, Value]:
-    h = Harness(politeness=POLITENESS)
     store = Value()
-    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots, h.policy, h.politeness,
-                              h.robots_policy, optout=optout, tdmrep_body=store if tdmrep_state else None)
-    return h, store
+    return Harness(politeness=POLITENESS, optout=optout, tdmrep_body=store if tdmrep_state else None,
+                   parse=parse_robots), store
 
 
 def _tdmrep(h: Harness, request: dict, http_status: int | None = 200, body: bytes = FILE) -> list[dict]:

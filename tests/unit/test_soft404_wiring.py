@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from operators.frontier import HostFrontier
 from operators.parse import is_probe, parse_result, probe_event, robots_event
 from operators.warc_writer import completion_event, discovered_batches, parsed_page
 from tests.synthweb.render import small_page
@@ -181,10 +180,7 @@ def test_pages_of_an_honest_host_carry_no_probe():
 
 def _with_tdmrep() -> Harness:
     """A host's frontier that fetches tdmrep.json (decision 1930) and probes for soft 404s."""
-    h = Harness(politeness=POLITENESS, soft404=POLICY)
-    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, h._parse, h.policy, h.politeness,
-                              h.robots_policy, optout=OptOutPolicy(), tdmrep_body=Value(), soft404=POLICY)
-    return h
+    return Harness(politeness=POLITENESS, soft404=POLICY, optout=OptOutPolicy(), tdmrep_body=Value())
 
 
 def _tdmrep_answer(h: Harness, request: dict, http_status: int, **extra) -> list[dict]:
