@@ -121,7 +121,10 @@ def metrics_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factor
                     continue
                 for name, value in last.items():
                     peak[name] = max(peak[name], value)
-                if all(last.get(name, 0) > 0 for name in MUST_COUNT) and peak["fetch.http_2xx_per_s"] > 0:
+                # The completion rate is measured over 5 s windows (udfs.release_budget): wait for one
+                # that saw completions, or a run that counted everything early reads a rate of 0.
+                if all(last.get(name, 0) > 0 for name in MUST_COUNT) and peak["fetch.http_2xx_per_s"] > 0 \
+                        and peak["frontier.completions_per_min"] > 0:
                     break
         finally:
             client.cancel().result()
