@@ -5,7 +5,9 @@
 Prints records/s and MB/s (of uncompressed record bytes) for each step on an HTML-like body of
 the design brief's average size (80 KB), and the gzip ratio per level. Then, on real pages from
 webdata, zlib-ng (what the crawler uses, decision 1822) against the standard library's zlib, side
-by side: gzip of each page's response record, and inflating the page as a server sent it gzipped.
+by side: gzip of each page's response record, and inflating the page as a server sent it gzipped;
+and the response block packed where the page is parsed against the writer gzipping the whole record
+(decision 1823).
 """
 from __future__ import annotations
 
@@ -93,9 +95,24 @@ def compare_engines(builder: WarcBuilder, headers: list[tuple[str, str]], limit:
                                                                            mtime=0))
         print(f"gzip level {level}: zlib-ng {ng_ms:.2f} ms ratio {ng_out / raw:.3f} | "
               f"stdlib zlib {std_ms:.2f} ms ratio {std_out / raw:.3f}")
+    compare_packed(builder, headers, pages, records, raw)
     ng_ms, _ = cpu_ms_each(wire, lambda member: CappedDecoder("gzip", 1 << 26).feed(member))
     std_ms, _ = cpu_ms_each(wire, lambda member: zlib.decompressobj(wbits=31).decompress(member, 1 << 26))
     print(f"inflate a gzipped page: zlib-ng (CappedDecoder) {ng_ms:.2f} ms | stdlib zlib {std_ms:.2f} ms")
+
+
+def compare_packed(builder: WarcBuilder, headers: list[tuple[str, str]], pages: list[tuple[str, bytes]],
+                   records: list, raw: int) -> None:
+    """Decision 1823: the response block packed where the page is parsed, joined into the member by the
+    writer, against the writer compressing the whole record; CPU of each side and the size it costs."""
+    packed = [builder.pack_response(200, "OK", headers, body) for _, body in pages]
+    joined = [builder.response(url, 0, "", [], block, ip="127.0.0.1") for (url, _), block in zip(pages, packed)]
+    pack_ms, _ = cpu_ms_each(pages, lambda page: builder.pack_response(200, "OK", headers, page[1]).deflated)
+    join_ms, joined_out = cpu_ms_each(joined, lambda record: record.to_gzip(6))
+    whole_ms, whole_out = cpu_ms_each(records, lambda record: record.to_gzip(6))
+    print(f"level 6, packed in parse (decision 1823): pack {pack_ms:.2f} ms (digests included) + writer "
+          f"{join_ms:.3f} ms, {joined_out / whole_out - 1:+.2%} bytes | writer alone {whole_ms:.2f} ms; "
+          f"packed block {sum(len(b.deflated) for b in packed) / raw:.3f} of the records' bytes")
 
 
 def cpu_ms_each(items: list, fn) -> tuple[float, int]:

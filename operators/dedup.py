@@ -25,12 +25,12 @@ from pyflink.datastream import DataStream
 from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
-from operators.parse import ParsedBundle
+from operators.parse import ParsedBundle, payload_digest, payload_length
 from udfs.dedup import (DedupPolicy, DedupVerdict, OwnerRow, better, closest, decide_exact, decode_band, decode_owner,
                         encode_band, encode_owner, exact_candidate, insert, probe_keys, response_record_id,
                         unique_verdict)
 from udfs.records import response_url
-from udfs.warc import WarcPolicy, digest, format_date
+from udfs.warc import WarcPolicy, format_date
 
 BUNDLE_TYPE = Types.PICKLED_BYTE_ARRAY()
 
@@ -56,7 +56,7 @@ def join_key(bundle: ParsedBundle) -> str:
 def _is_exact_candidate(bundle: ParsedBundle, policy: DedupPolicy) -> bool:
     result = bundle["result"]
     return bundle["content_hash"] is not None and exact_candidate(
-        result["http_status"], result["fetch_status"], result["truncated"], len(result["body"]), policy)
+        result["http_status"], result["fetch_status"], result["truncated"], payload_length(bundle), policy)
 
 
 def needs_dedup(bundle: ParsedBundle, policy: DedupPolicy) -> bool:
@@ -76,7 +76,7 @@ def owner_capture(bundle: ParsedBundle, warc_policy: WarcPolicy) -> OwnerRow:
     request = result["request"]
     url = response_url(result)
     return OwnerRow(url=url, url_fp=request["fp"], warc_date=format_date(result["done_at"], warc_policy.date_precision),
-                    payload_digest=digest(result["body"], warc_policy.digest_algorithm),
+                    payload_digest=payload_digest(bundle, warc_policy.digest_algorithm),
                     record_id=response_record_id(url, result["done_at"], request["lease_id"]),
                     captured_at=result["done_at"])
 

@@ -537,7 +537,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                                else tdmrep_outputs(r, max_tdmrep) if is_tdmrep(r)
                                else probe_outputs(r, extract_policy) if is_probe(r) else [],
                                output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
-    pages = (fetched.flat_map(ParseFunction(extract_policy, optout, soft404, sitemaps), output_type=FETCH_RESULT_TYPE)
+    pages = (fetched.flat_map(ParseFunction(extract_policy, optout, soft404, sitemaps, warc_policy),
+                               output_type=FETCH_RESULT_TYPE)
              .uid("parse").name("parse"))
     if parse_slot_group:
         pages = pages.slot_sharing_group(parse_slot_group)   # its own Python worker (decision 1808)

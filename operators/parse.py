@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
 from udfs.dedup import DedupVerdict
-from udfs.fetch_status import header_value, is_complete_page, retry_after_seconds
+from udfs.fetch_status import (header_value, is_archived, is_complete_page, is_not_modified, retry_after_seconds,
+                               warc_http_version)
 from udfs.latency import RecentWindow, micros
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
@@ -26,6 +27,7 @@ from udfs.records import (SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, Preflight
 from udfs.simhash import simhash
 from udfs.sitemaps import DEFAULT_SITEMAP_POLICY, SitemapPolicy, followable, parse_sitemap
 from udfs.soft404 import ProbeRow, Soft404Policy, is_soft_404
+from udfs.warc import PackedBlock, WarcBuilder, WarcPolicy, digest
 
 
 class PageFacts(TypedDict):
@@ -69,11 +71,41 @@ class ParsedBundle(TypedDict):
     page: PageFacts | None         # None unless the result is a complete 200 page
     dedup: NotRequired[DedupVerdict]  # set by the dedup operators (operators/dedup.py) for the pages they see
     sitemap: NotRequired[SitemapFacts]  # a sitemap lease's complete 200 answer, read as one (decision 1812)
+    packed: NotRequired[PackedBlock]    # the response block, deflated here; result.body is then b"" (decision 1823)
 
 
 def content_hash(body: bytes) -> str:
     """The `content_hash` of a payload (ARCHITECTURE.md §3): "sha256:" + hex digest."""
     return "sha256:" + hashlib.sha256(body).hexdigest()
+
+
+def pack_payload(bundle: ParsedBundle, builder: WarcBuilder) -> ParsedBundle:
+    """The bundle with its response block packed for the writer (decision 1823): `packed` holds the
+    deflated block and the facts its records need, and the result's body, parsed already, is dropped,
+    so the writer receives about a fifth of the bytes. A result the writer archives without a payload
+    (none, or a recrawl's 304) or with a status no record can hold is left as it is."""
+    result = bundle["result"]
+    if not is_archived(result) or is_not_modified(result):
+        return bundle
+    assert result["http_status"] is not None
+    try:
+        packed = builder.pack_response(result["http_status"], result["http_reason"], result["headers"], result["body"],
+                                       http_version=warc_http_version(result))
+    except ValueError:
+        return bundle   # the writer meets the same error and says what it is
+    return ParsedBundle(bundle, result=FetchResult(result, body=b""), packed=packed)  # type: ignore[typeddict-item]
+
+
+def payload_length(bundle: ParsedBundle) -> int:
+    """Bytes of the page's payload, whether its bundle carries the body or the packed block."""
+    packed = bundle.get("packed")
+    return packed.payload_length if packed is not None else len(bundle["result"]["body"])
+
+
+def payload_digest(bundle: ParsedBundle, algorithm: str) -> str:
+    """The WARC payload digest of the page, as its response record states it."""
+    packed = bundle.get("packed")
+    return packed.payload_digest if packed is not None else digest(bundle["result"]["body"], algorithm)
 
 
 def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
@@ -207,6 +239,8 @@ def tdmrep_outputs(result: FetchResult, max_bytes: int) -> list[tuple[str, str, 
 
 class ParseFunction(FlatMapFunction):
     """Page FetchResult → ParsedBundle (robots, tdmrep and probe results are skipped: they go to crawl.outcomes).
+    With a `warc` policy that packs in parse, the bundle leaves with its response block packed for the
+    writer and without its body (decision 1823).
 
     Counts pages parsed, results not parsed, parser errors, links found and pages whose site reserves
     TDM (`optout_reserved`); gauges the p50/p95 of the time `parse_result` took over the recent pages
@@ -214,8 +248,11 @@ class ParseFunction(FlatMapFunction):
     """
 
     def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
-                 soft404: Soft404Policy | None = None, sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> None:
+                 soft404: Soft404Policy | None = None, sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY,
+                 warc: WarcPolicy | None = None) -> None:
         self._policy = policy
+        # Packs response blocks for the writer (decision 1823) when the writer's policy says so.
+        self._packer = WarcBuilder(warc) if warc is not None and warc.pack_in_parse else None
         self._sitemaps = sitemaps
         self._optout = optout
         self._soft404 = soft404
@@ -257,4 +294,4 @@ class ParseFunction(FlatMapFunction):
                 self._counters["optout_reserved"].inc()
             if page.get("soft_404"):
                 self._counters["soft_404"].inc()
-        yield bundle
+        yield bundle if self._packer is None else pack_payload(bundle, self._packer)

@@ -45,10 +45,11 @@ from pyflink.datastream.functions import KeyedCoProcessFunction, RuntimeContext
 from crawler.durable import fsync_path
 from operators.dedup import Probe, join_key, needs_dedup, unpaired_verdict
 from operators.object_store import ObjectStore
-from operators.parse import ParsedBundle
+from operators.parse import ParsedBundle, payload_length
 from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
 from udfs.canonical import HINT, CanonicalVerdict, judge_canonical
-from udfs.fetch_status import header_value, is_complete_page, redirect_target, redirect_written, retry_after_seconds
+from udfs.fetch_status import (header_value, is_archived, is_complete_page, is_not_modified, redirect_target,
+                               redirect_written, retry_after_seconds, warc_http_version)
 from udfs.records import (PRIORITY_SITEMAP, SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion,
                           DiscoveredBatch, FetchRequest, FetchResult, FetchStatus, ParsedPage, UrlEntry, encode,
                           response_url)
@@ -56,15 +57,13 @@ from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
 from udfs.verdict_join import VerdictJoin
-from udfs.warc import (CT_WARC_FIELDS, RevisitTarget, WarcBuilder, WarcPolicy, WarcRecord, cdxj_line,
+from udfs.warc import (CT_WARC_FIELDS, PackedBlock, RevisitTarget, WarcBuilder, WarcPolicy, WarcRecord, cdxj_line,
                        indexed_by_default)
 
 # Discovered URL priorities (0 highest .. 9): a redirect target is the content the seed meant.
 PRIORITY_REDIRECT = 4
 PRIORITY_LINK = 5
 MAX_URLS_PER_BATCH = 1000   # URLs per discovered event: a 50,000-URL sitemap is 50 events of ~100 KB
-_ARCHIVED = frozenset({FetchStatus.OK.value, FetchStatus.TOO_LARGE.value, FetchStatus.TOO_SLOW.value,
-                       FetchStatus.TIMEOUT.value, FetchStatus.CONN_ERROR.value})
 _SEQ_NAME = re.compile(r"^(\d+)\.warc\.gz$")
 
 Event = tuple[str, str, bytes]          # (topic, key, value)
@@ -398,45 +397,37 @@ def _indexed_head(head: bytes) -> bool:
     return kind in ("response", "revisit", "resource", "metadata") and mime.split(";")[0].strip() != CT_WARC_FIELDS
 
 
-def is_archived(result: FetchResult) -> bool:
-    """Whether a fetch is archived: a response arrived and its body is what the server sent, maybe cut.
-
-    Not archived: no response (DNS, connect, blocked), a refused type (body never read), or an
-    unreadable response (oversized head, unknown or corrupt Content-Encoding).
-    """
-    return result["http_status"] is not None and result["fetch_status"] in _ARCHIVED
-
-
 def capture_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str | None,
-                    response_id: str | None = None) -> list[WarcRecord]:
+                    response_id: str | None = None, packed: PackedBlock | None = None) -> list[WarcRecord]:
     """Response then request record of one archived fetch (WARC 1.1 §6.3-6.4); [] if not archived.
 
-    Both are dated with the fetch's time (`done_at`), the WARC-Date dedup records for revisits.
+    Both are dated with the fetch's time (`done_at`), the WARC-Date dedup records for revisits. With
+    `packed` (decision 1823) the response block is that one and the result's body is not read.
     """
     if not is_archived(result):
         return []
     assert result["http_status"] is not None
     response, request = builder.capture(
         response_url(result), result.get("request_headers", []), result["http_status"],
-        result["http_reason"], result["headers"], result["body"], date=result["done_at"], ip=result["ip"],
-        truncated=result["truncated"], warcinfo_id=warcinfo_id, http_version=_http_version(result),
+        result["http_reason"], result["headers"], result["body"] if packed is None else packed,
+        date=result["done_at"], ip=result["ip"], truncated=result["truncated"], warcinfo_id=warcinfo_id, http_version=warc_http_version(result),
         response_id=response_id)
     return [response, request]
 
 
 def revisit_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str | None,
-                    verdict: DedupVerdict) -> list[WarcRecord]:
+                    verdict: DedupVerdict, packed: PackedBlock | None = None) -> list[WarcRecord]:
     """Identical-payload revisit then request record of an exact duplicate (WARC 1.1 §6.7.2): the
     payload is not stored again; WARC-Refers-To names the owner's response record (decision 1300)."""
     assert verdict["revisit_of"] is not None and result["http_status"] is not None
     url = response_url(result)
     revisit = builder.revisit_identical(
-        url, result["http_status"], result["http_reason"], result["headers"], result["body"],
-        RevisitTarget(**verdict["revisit_of"]), date=result["done_at"], ip=result["ip"], warcinfo_id=warcinfo_id,
-        http_version=_http_version(result))
+        url, result["http_status"], result["http_reason"], result["headers"],
+        result["body"] if packed is None else packed, RevisitTarget(**verdict["revisit_of"]), date=result["done_at"], ip=result["ip"], warcinfo_id=warcinfo_id,
+        http_version=warc_http_version(result))
     request = builder.request(url, result.get("request_headers", []), date=result["done_at"], ip=result["ip"],
                               concurrent_to=revisit.record_id, warcinfo_id=warcinfo_id,
-                              http_version=_http_version(result))
+                              http_version=warc_http_version(result))
     return [revisit, request]
 
 
@@ -444,14 +435,14 @@ def bundle_records(builder: WarcBuilder, bundle: ParsedBundle, warcinfo_id: str 
     """The records of one page bundle as dedup decided (decisions 1300-1301): a revisit + request for
     an exact duplicate; else response + request, plus a metadata record (WARC 1.1 §6.6, concurrent
     to the response) for a near-duplicate; plain `capture_records` for bundles dedup did not see."""
-    result, verdict = bundle["result"], bundle.get("dedup")
-    if result["http_status"] == 304 and result["request"].get("revisit_of") and is_archived(result):
+    result, verdict, packed = bundle["result"], bundle.get("dedup"), bundle.get("packed")
+    if is_not_modified(result):
         return not_modified_records(builder, result, warcinfo_id)
     if verdict is None or not is_archived(result):
-        return capture_records(builder, result, warcinfo_id)
+        return capture_records(builder, result, warcinfo_id, packed=packed)
     if verdict["revisit_of"] is not None:
-        return revisit_records(builder, result, warcinfo_id, verdict)
-    records = capture_records(builder, result, warcinfo_id, verdict["response_id"])
+        return revisit_records(builder, result, warcinfo_id, verdict, packed)
+    records = capture_records(builder, result, warcinfo_id, verdict["response_id"], packed)
     near, simhash = verdict["near"], bundle["simhash"]
     if near is not None and simhash is not None:
         records.append(builder.metadata(response_url(result), metadata_fields(near, simhash),
@@ -469,10 +460,10 @@ def not_modified_records(builder: WarcBuilder, result: FetchResult, warcinfo_id:
     revisit = builder.revisit_not_modified(
         url, result["http_status"], result["http_reason"], result["headers"],
         RevisitTarget(original["record_id"], original["target_uri"], original["date"], original.get("payload_digest")),
-        date=result["done_at"], ip=result["ip"], warcinfo_id=warcinfo_id, http_version=_http_version(result))
+        date=result["done_at"], ip=result["ip"], warcinfo_id=warcinfo_id, http_version=warc_http_version(result))
     request = builder.request(url, result.get("request_headers", []), date=result["done_at"], ip=result["ip"],
                               concurrent_to=revisit.record_id, warcinfo_id=warcinfo_id,
-                              http_version=_http_version(result))
+                              http_version=warc_http_version(result))
     return [revisit, request]
 
 
@@ -489,10 +480,6 @@ def capture_of(bundle: ParsedBundle, records: list[WarcRecord]) -> dict[str, str
     if verdict is not None and verdict["revisit_of"] is not None:
         return dict(verdict["revisit_of"])
     return bundle["result"]["request"].get("revisit_of")
-
-
-def _http_version(result: FetchResult) -> str:
-    return "HTTP/" + (result.get("http_version") or "1.1")
 
 
 def is_alias(bundle: ParsedBundle) -> bool:
@@ -512,7 +499,7 @@ def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None
         v=SCHEMA_VERSION, type="completion", host=request["host"], lease_id=request["lease_id"],
         url=request["url"], fp=request["fp"], fetch_status=result["fetch_status"], http_status=status,
         started_at=result["started_at"], done_at=result["done_at"],
-        fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3), bytes=len(result["body"]),
+        fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3), bytes=payload_length(bundle),
         content_hash=bundle["content_hash"], simhash=bundle["simhash"],
         etag=header_value(headers, "etag"), last_modified=header_value(headers, "last-modified"),
         redirect=redirect_target(response_url(result), status, headers),

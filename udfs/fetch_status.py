@@ -120,6 +120,29 @@ def is_complete_page(result: FetchResult) -> bool:
 _PARSEABLE: Final = frozenset({FetchStatus.OK.value, FetchStatus.TOO_LARGE.value})
 
 
+def is_archived(result: FetchResult) -> bool:
+    """Whether a fetch is archived: a response arrived and its body is what the server sent, maybe cut.
+
+    Not archived: no response (DNS, connect, blocked), a refused type (body never read), or an
+    unreadable response (oversized head, unknown or corrupt Content-Encoding).
+    """
+    return result["http_status"] is not None and result["fetch_status"] in _ARCHIVED
+
+
+_ARCHIVED: Final = frozenset({FetchStatus.OK.value, FetchStatus.TOO_LARGE.value, FetchStatus.TOO_SLOW.value,
+                              FetchStatus.TIMEOUT.value, FetchStatus.CONN_ERROR.value})
+
+
+def is_not_modified(result: FetchResult) -> bool:
+    """Whether an archived result is a recrawl's 304 for a capture the frontier carried (decision 1113)."""
+    return result["http_status"] == 304 and bool(result["request"].get("revisit_of")) and is_archived(result)
+
+
+def warc_http_version(result: FetchResult) -> str:
+    """The HTTP version of the response as its WARC records write it ("HTTP/1.1" when not known)."""
+    return "HTTP/" + (result.get("http_version") or "1.1")
+
+
 class UnsupportedEncoding(ValueError):
     """A Content-Encoding the fetcher cannot decode (the value is in the message)."""
 

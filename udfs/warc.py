@@ -11,6 +11,8 @@ What is stored (docs/decisions/0500, 0501):
   payload and the digests, computed over exactly the stored bytes, validate everywhere.
 - Digests are SHA-1 in base32 (`sha1:` + 32 characters), the convention every WARC and CDX tool reads.
 - One gzip member per record (`to_gzip`), so any record can be read from its offset alone.
+- A response block may come packed (`PackedBlock`, decision 1823): deflated where the page was parsed,
+  then joined behind the record's deflated named fields into that one gzip member.
 """
 from __future__ import annotations
 
@@ -19,12 +21,13 @@ import dataclasses
 import hashlib
 import json
 import re
+import struct
 import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
-from zlib_ng import gzip_ng
+from zlib_ng import gzip_ng, zlib_ng
 
 WARC_VERSION = "WARC/1.1"
 PROFILE_IDENTICAL_PAYLOAD = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
@@ -32,6 +35,10 @@ PROFILE_SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-no
 TRUNCATION_REASONS = frozenset({"length", "time", "disconnect", "unspecified"})  # WARC 1.1 §5.13
 DIGEST_ALGORITHMS = frozenset({"sha1", "sha256"})
 DATE_PRECISIONS = frozenset({"seconds", "microseconds"})
+
+RECORD_END = b"\r\n\r\n"    # two CRLFs close every record (WARC 1.1 §4)
+# The header gzip_ng.compress(..., mtime=0) writes: deflate, no flags, mtime 0, no extra flags, unknown OS.
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 
 CT_WARC_FIELDS = "application/warc-fields"
 CT_HTTP_REQUEST = "application/http;msgtype=request"
@@ -67,12 +74,15 @@ class WarcPolicy:
         for 1.1) or "seconds" (the WARC 1.0 form, for readers that only know it).
     gzip_level: deflate level 1-9 of each record's gzip member (zlib-ng, decision 1822); 6 trades size for speed.
     software: the `software` field of warcinfo records.
+    pack_in_parse: true (default): each response block is deflated where its page is parsed and only a
+        fifth of its bytes travel on to the writer (decision 1823); false: the writer deflates whole records.
     """
 
     digest_algorithm: str = "sha1"
     date_precision: str = "microseconds"
     gzip_level: int = 6
     software: str = "flink-crawler/0.1.0"
+    pack_in_parse: bool = True
 
     def __post_init__(self) -> None:
         if self.digest_algorithm not in DIGEST_ALGORITHMS:
@@ -85,6 +95,8 @@ class WarcPolicy:
             raise ValueError(f"warc.gzip_level must be an integer from 1 to 9, not {self.gzip_level!r}")
         if not self.software or _CTL.search(self.software):
             raise ValueError("warc.software must be a non-empty single line")
+        if not isinstance(self.pack_in_parse, bool):
+            raise ValueError(f"warc.pack_in_parse must be true or false, not {self.pack_in_parse!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,11 +113,45 @@ class RecordInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class PackedBlock:
+    """A response record's block (HTTP head + payload) and the record's closing CRLFs, deflated ahead of
+    the record (decision 1823), with what the record's named fields need to know of them.
+
+    The stage that parsed the page packs it, so the decoded page does not travel on to the writer (a
+    fifth of the bytes do); the writer deflates only the named fields in front, which depend on the file
+    (WARC-Warcinfo-ID) and on dedup (the record id), and `member` joins the two into one gzip member: a
+    deflate stream ended by a sync flush may be followed by another, and CRC-32s combine.
+    """
+
+    deflated: bytes          # raw deflate of block + RECORD_END, ending in a final block
+    crc: int                 # CRC-32 of block + RECORD_END
+    length: int              # len(block): the record's Content-Length
+    block_digest: str
+    payload_digest: str
+    payload_length: int
+    status: int
+    mime: str | None         # the payload's media type, as an index reports it
+
+    def inflate(self) -> bytes:
+        """The block itself (for `WarcRecord.to_bytes`; writing never needs it)."""
+        return zlib_ng.decompress(self.deflated, -zlib_ng.MAX_WBITS)[: self.length]
+
+    def member(self, front: bytes, level: int) -> bytes:
+        """One gzip member holding `front` (version line and named fields) then this block: RFC 1952."""
+        compressor = zlib_ng.compressobj(level, zlib_ng.DEFLATED, -zlib_ng.MAX_WBITS)
+        rest = self.length + len(RECORD_END)
+        crc = zlib_ng.crc32_combine(zlib_ng.crc32(front), self.crc, rest)
+        size = (len(front) + rest) & 0xFFFFFFFF
+        return b"".join((GZIP_HEADER, compressor.compress(front), compressor.flush(zlib_ng.Z_SYNC_FLUSH),
+                         self.deflated, struct.pack("<II", crc, size)))
+
+
+@dataclasses.dataclass(frozen=True)
 class WarcRecord:
     """One built record: its WARC named fields in order (Content-Length included) and its block."""
 
     fields: tuple[tuple[str, str], ...]
-    block: bytes
+    block: bytes | PackedBlock
     info: RecordInfo
 
     @property
@@ -123,15 +169,23 @@ class WarcRecord:
         lname = name.lower()
         return next((v for k, v in self.fields if k.lower() == lname), None)
 
+    def front(self) -> bytes:
+        """What comes before the block: version line, named fields and the empty line (WARC 1.1 §4)."""
+        head = _header_bytes("".join(f"{k}: {v}\r\n" for k, v in self.fields))
+        return b"".join((WARC_VERSION.encode(), b"\r\n", head, b"\r\n"))
+
     def to_bytes(self) -> bytes:
         """The uncompressed record: version line, named fields, CRLF, block, CRLF CRLF (WARC 1.1 §4)."""
-        head = _header_bytes("".join(f"{k}: {v}\r\n" for k, v in self.fields))
-        return b"".join((WARC_VERSION.encode(), b"\r\n", head, b"\r\n", self.block, b"\r\n\r\n"))
+        block = self.block.inflate() if isinstance(self.block, PackedBlock) else self.block
+        return b"".join((self.front(), block, RECORD_END))
 
     def to_gzip(self, level: int = 6) -> bytes:
         """The record as exactly one gzip member (WARC 1.1 Annex D.2), mtime 0 so output is reproducible.
 
-        zlib-ng writes the same format as zlib, about 0.5% larger at level 6, in half its CPU time (decision 1822)."""
+        zlib-ng writes the same format as zlib, about 0.5% larger at level 6, in half its CPU time (decision 1822).
+        A packed block was deflated at its packer's level; only the named fields are deflated here."""
+        if isinstance(self.block, PackedBlock):
+            return self.block.member(self.front(), level)
         return gzip_ng.compress(self.to_bytes(), compresslevel=level, mtime=0)
 
 
@@ -147,7 +201,19 @@ class RevisitTarget:
 
 def digest(data: bytes, algorithm: str = "sha1") -> str:
     """A WARC digest value `algorithm:BASE32` over exactly `data` (WARC 1.1 §5.8-5.9)."""
-    return f"{algorithm}:{base64.b32encode(hashlib.new(algorithm, data).digest()).decode('ascii')}"
+    return _digest_value(algorithm, hashlib.new(algorithm, data))
+
+
+def _digest_value(algorithm: str, hashed: "hashlib._Hash") -> str:
+    return f"{algorithm}:{base64.b32encode(hashed.digest()).decode('ascii')}"
+
+
+def _payload_of(body: bytes | PackedBlock, algorithm: str) -> tuple[int, str]:
+    """Length and digest of a payload, given as bytes or as the packed block holding it."""
+    if isinstance(body, PackedBlock):
+        _check_packed(body, algorithm)
+        return body.payload_length, body.payload_digest
+    return len(body), digest(body, algorithm)
 
 
 def format_date(when: datetime | float, precision: str = "microseconds") -> str:
@@ -301,7 +367,25 @@ class WarcBuilder:
         return self._record("request", block, CT_HTTP_REQUEST, url=url, date=date, ip=ip,
                             warcinfo_id=warcinfo_id, concurrent_to=concurrent_to)
 
-    def response(self, url: str, status: int, reason: str, headers: Fields, body: bytes, *,
+    def pack_response(self, status: int, reason: str, headers: Fields, body: bytes, *,
+                      http_version: str = "HTTP/1.1") -> PackedBlock:
+        """The block `response` builds from these, packed for a writer elsewhere (decision 1823):
+        deflated at the policy's `gzip_level`, digested with its `digest_algorithm`. Raises as `response` does."""
+        _check_status(status, http_version)
+        stored = stored_http_headers(headers, len(body))
+        head = http_response_head(status, reason, stored, http_version)
+        algorithm = self.policy.digest_algorithm
+        block_hash = hashlib.new(algorithm, head)
+        block_hash.update(body)
+        compressor = zlib_ng.compressobj(self.policy.gzip_level, zlib_ng.DEFLATED, -zlib_ng.MAX_WBITS)
+        deflated = b"".join((compressor.compress(head), compressor.compress(body), compressor.compress(RECORD_END),
+                             compressor.flush()))
+        return PackedBlock(deflated=deflated, crc=zlib_ng.crc32(RECORD_END, zlib_ng.crc32(body, zlib_ng.crc32(head))),
+                           length=len(head) + len(body), block_digest=_digest_value(algorithm, block_hash),
+                           payload_digest=digest(body, algorithm), payload_length=len(body), status=status,
+                           mime=_mime(stored))
+
+    def response(self, url: str, status: int, reason: str, headers: Fields, body: bytes | PackedBlock, *,
                  date: datetime | float | None = None, ip: str | None = None,
                  truncated: str | None = None, warcinfo_id: str | None = None,
                  concurrent_to: str | None = None, http_version: str = "HTTP/1.1",
@@ -311,7 +395,13 @@ class WarcBuilder:
         `headers` are the response headers as received, in order; `truncated` is the WARC-Truncated
         reason when the fetcher capped the body; `record_id` replaces the factory's id (dedup names
         response records before they are built). Never raises on hostile header names/values or body.
+        A `body` packed by `pack_response` is the block already built: status, reason and headers as packed.
         """
+        if isinstance(body, PackedBlock):
+            return self._record("response", body, CT_HTTP_RESPONSE, url=url, date=date, ip=ip,
+                                warcinfo_id=warcinfo_id, concurrent_to=concurrent_to, truncated=truncated,
+                                payload_digest=body.payload_digest, status=body.status, mime=body.mime,
+                                record_id=record_id)
         _check_status(status, http_version)
         stored = stored_http_headers(headers, len(body))
         block = http_response_head(status, reason, stored, http_version) + body
@@ -321,7 +411,7 @@ class WarcBuilder:
                             record_id=record_id)
 
     def capture(self, url: str, request_headers: Fields, status: int, reason: str, headers: Fields,
-                body: bytes, *, date: datetime | float | None = None, ip: str | None = None,
+                body: bytes | PackedBlock, *, date: datetime | float | None = None, ip: str | None = None,
                 truncated: str | None = None, warcinfo_id: str | None = None,
                 method: str = "GET", http_version: str = "HTTP/1.1",
                 response_id: str | None = None) -> tuple[WarcRecord, WarcRecord]:
@@ -335,20 +425,22 @@ class WarcBuilder:
                                http_version=http_version)
         return response, request
 
-    def revisit_identical(self, url: str, status: int, reason: str, headers: Fields, body: bytes,
+    def revisit_identical(self, url: str, status: int, reason: str, headers: Fields, body: bytes | PackedBlock,
                           original: RevisitTarget, *, date: datetime | float | None = None,
                           ip: str | None = None, warcinfo_id: str | None = None,
                           http_version: str = "HTTP/1.1") -> WarcRecord:
         """A revisit record, identical-payload-digest profile (WARC 1.1 §6.7.2).
 
         The block holds only the new response's headers; the payload digest is computed from
-        `body` (the payload just fetched), so it equals the original's whenever dedup was right.
+        `body` (the payload just fetched, or the block packing it), so it equals the original's whenever
+        dedup was right.
         """
         _check_status(status, http_version)
-        stored = stored_http_headers(headers, len(body))
+        length, payload_digest = _payload_of(body, self.policy.digest_algorithm)
+        stored = stored_http_headers(headers, length)
         block = http_response_head(status, reason, stored, http_version)
         return self._record("revisit", block, CT_HTTP_RESPONSE, url=url, date=date, ip=ip,
-                            warcinfo_id=warcinfo_id, payload=body, status=status,
+                            warcinfo_id=warcinfo_id, payload_digest=payload_digest, status=status,
                             mime="warc/revisit", profile=PROFILE_IDENTICAL_PAYLOAD, refers=original)
 
     def revisit_not_modified(self, url: str, status: int, reason: str, headers: Fields,
@@ -381,7 +473,7 @@ class WarcBuilder:
     def _date(self, date: datetime | float | None) -> str:
         return format_date(self.clock() if date is None else date, self.policy.date_precision)
 
-    def _record(self, warc_type: str, block: bytes, content_type: str, *, url: str | None = None,
+    def _record(self, warc_type: str, block: bytes | PackedBlock, content_type: str, *, url: str | None = None,
                 date: datetime | float | None = None, ip: str | None = None,
                 warcinfo_id: str | None = None, concurrent_to: str | None = None,
                 truncated: str | None = None, payload: bytes | None = None,
@@ -413,13 +505,18 @@ class WarcBuilder:
             if truncated not in TRUNCATION_REASONS:
                 raise ValueError(f"WARC-Truncated must be one of {sorted(TRUNCATION_REASONS)}, not {truncated!r}")
             fields.append(("WARC-Truncated", truncated))
-        fields.append(("WARC-Block-Digest", digest(block, algorithm)))
+        if isinstance(block, PackedBlock):
+            _check_packed(block, algorithm)
+            block_digest, length = block.block_digest, block.length
+        else:
+            block_digest, length = digest(block, algorithm), len(block)
+        fields.append(("WARC-Block-Digest", block_digest))
         if payload is not None:
             payload_digest = digest(payload, algorithm)
         if payload_digest:
             fields.append(("WARC-Payload-Digest", _field_value(payload_digest)))
-        fields += [("Content-Type", content_type), ("Content-Length", str(len(block)))]
-        if payload_digest is None and warc_type in ("metadata", "warcinfo", "resource"):
+        fields += [("Content-Type", content_type), ("Content-Length", str(length))]
+        if payload_digest is None and isinstance(block, bytes) and warc_type in ("metadata", "warcinfo", "resource"):
             payload_digest = digest(block, algorithm)   # their payload is the whole block
         if mime is None and content_type == CT_WARC_FIELDS:
             mime = CT_WARC_FIELDS
@@ -432,6 +529,13 @@ def _check_id(record_id: str | None) -> str:
     if record_id is None or not _RECORD_ID.fullmatch(record_id):
         raise ValueError(f"a WARC record id must look like <urn:uuid:...>, not {record_id!r}")
     return record_id
+
+
+def _check_packed(block: PackedBlock, algorithm: str) -> None:
+    # A block packed under another digest_algorithm would leave the record with mixed digests.
+    if not block.block_digest.startswith(algorithm + ":"):
+        raise ValueError(f"a block packed with {block.block_digest.split(':')[0]} digests cannot go in a record "
+                         f"written with {algorithm} (warc.digest_algorithm must match where it is packed)")
 
 
 def _check_http_version(http_version: str) -> None:

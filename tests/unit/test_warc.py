@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from warcio.archiveiterator import ArchiveIterator
 
 from udfs.warc import (
+    GZIP_HEADER,
     PROFILE_IDENTICAL_PAYLOAD,
     PROFILE_SERVER_NOT_MODIFIED,
     RevisitTarget,
@@ -265,6 +266,7 @@ def test_target_uris_never_carry_spaces_controls_or_non_ascii(url, expected):
     ({"gzip_level": 0}, "gzip_level"),
     ({"gzip_level": 10}, "gzip_level"),
     ({"software": "a\nb"}, "software"),
+    ({"pack_in_parse": "yes"}, "pack_in_parse"),
 ])
 def test_policy_rejects_bad_values_with_a_message_naming_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message):
@@ -336,3 +338,64 @@ def test_odd_text_in_warc_fields_is_written_not_raised():
     info = b.warcinfo("name-\udcff\n.warc.gz", [("operator", "\ud800 lone surrogate")])
     [(parsed, _)] = parse(info.to_bytes())
     assert parsed.rec_headers.get_header("WARC-Filename").startswith("name-")
+
+
+# --- packed response blocks (decision 1823) -----------------------------------------------------
+
+PAGE_HEADERS = [("Content-Type", "text/html; charset=utf-8"), ("Content-Encoding", "gzip"), ("Content-Length", "12")]
+
+
+def page_body(size: int) -> bytes:
+    return b"".join(b"<p>line %d of a page, some of it repeated</p>\n" % i for i in range(size // 40))[:size]
+
+
+@pytest.mark.parametrize("size", [0, 9, 200_000], ids=["empty", "small", "200KB"])
+@pytest.mark.parametrize("level", [1, 6, 9])
+def test_a_packed_block_makes_the_same_record_as_the_plain_body(size, level):
+    body = page_body(size)
+    plain = builder(policy=WarcPolicy(gzip_level=level)).response(
+        URL, 200, "OK", PAGE_HEADERS, body, ip="127.0.0.2", warcinfo_id=ID.format(7), truncated="length")
+    packer = builder(policy=WarcPolicy(gzip_level=level))
+    packed = packer.response(URL, 0, "", [], packer.pack_response(200, "OK", PAGE_HEADERS, body),
+                             ip="127.0.0.2", warcinfo_id=ID.format(7), truncated="length")
+    assert packed.fields == plain.fields and packed.info == plain.info
+    assert packed.to_bytes() == plain.to_bytes()
+    member = packed.to_gzip(level)
+    assert member.startswith(GZIP_HEADER)
+    inflater = zlib.decompressobj(wbits=31)
+    assert inflater.decompress(member) == plain.to_bytes()
+    assert inflater.eof and inflater.unused_data == b""
+    assert len(member) <= len(plain.to_gzip(level)) * 1.02 + 64   # a second deflate stream costs little
+
+
+def test_packed_members_read_back_from_their_offsets_with_digests_checked():
+    b = builder()
+    bodies = [page_body(50_000), b"<p>hi</p>", page_body(3_000)]
+    members = [b.response(URL, 200, "OK", PAGE_HEADERS, b.pack_response(200, "OK", PAGE_HEADERS, body)).to_gzip()
+               for body in bodies]
+    data = b"".join(members)
+    assert [payload for _, payload in parse(data)] == bodies
+    offset = len(members[0])
+    [(record, payload)] = parse(data[offset:offset + len(members[1])])
+    assert record.rec_type == "response" and payload == b"<p>hi</p>"
+
+
+def test_a_revisit_of_a_packed_payload_states_the_plain_payload_digest_and_length():
+    body = page_body(10_000)
+    plain = builder().revisit_identical(URL, 200, "OK", PAGE_HEADERS, body, ORIGINAL, date=LATER)
+    packer = builder()
+    packed = packer.revisit_identical(URL, 200, "OK", PAGE_HEADERS, packer.pack_response(200, "OK", PAGE_HEADERS, body),
+                                      ORIGINAL, date=LATER)
+    assert packed.to_bytes() == plain.to_bytes()
+    assert packed.header("WARC-Payload-Digest") == digest(body)
+
+
+def test_a_block_packed_with_another_digest_algorithm_is_refused():
+    packed = builder(policy=WarcPolicy(digest_algorithm="sha256")).pack_response(200, "OK", [], b"x")
+    with pytest.raises(ValueError, match="digest_algorithm"):
+        builder().response(URL, 200, "OK", [], packed)
+
+
+def test_packing_refuses_what_a_response_record_refuses():
+    with pytest.raises(ValueError, match="status"):
+        builder().pack_response(42, "OK", [], b"")
