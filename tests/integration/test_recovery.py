@@ -217,9 +217,9 @@ WEB_POLICY = {"behaviour_share": 0.0, "missing_host_link_share": 0.0, "broken_li
 
 def cluster_settings() -> dict[str, str]:
     """Two TaskManagers of two slots, tasks spread over both, a lost TaskManager noticed within
-    seconds, restarts at a fixed delay (decision 1601). The jobs share the writers' slots with the
-    fetchers (`job.writer_slot_group=""`): a job at parallelism 2 then takes one slot on each
-    TaskManager, which the kill test needs; its own group would fit on one."""
+    seconds, restarts at a fixed delay (decision 1601). The jobs share the writers' and parse's slots
+    with the fetchers (`job.writer_slot_group=""`, `job.parse_slot_group=""`): a job at parallelism 2
+    then takes one slot on each TaskManager, which the kill test needs; their own groups would fit on one."""
     return {
         "jobmanager.rpc.port": str(free_port()),
         "taskmanager.numberOfTaskSlots": "2",
@@ -255,7 +255,7 @@ class ClusterCrawl:
         spec = RunSpec(seeds=[], out=self.work, host_map=self.web.host_map, allow_networks=["127.0.0.0/8"],
                        deny_networks=["127.255.0.0/16"], config_file=None, duration_s=None, overrides=[
                            f"job.parallelism={parallelism}", f"job.checkpoint_interval_ms={CHECKPOINT_MS}",
-                           'job.writer_slot_group=""',
+                           'job.writer_slot_group=""', 'job.parse_slot_group=""',
                            f'job.group_id="recovery-{uuid.uuid4().hex[:8]}"', "job.bundle_time_ms=50",
                            f"politeness.default_delay_s={self.delay_s}", f"politeness.min_delay_s={self.delay_s}",
                            "frontier.lease_timeout_s=15.0", "fetch.total_timeout_s=5.0",

@@ -327,10 +327,10 @@ def test_max_parallelism_is_the_same_everywhere(deployment, crawl_toml):
 
 def test_crawl_config_loads_and_sizes_the_deployment(deployment, crawl_toml):
     job = load_config(crawl_toml).job
-    # With slot sharing the job needs as many slots as its widest operator, plus the WARC writers' own.
+    # With slot sharing the job needs as many slots as its widest operator, plus the WARC writers' and parse's own.
     assert deployment["spec"]["job"]["parallelism"] == max(job.parallelism, job.fetch_parallelism)
     slots = int(deployment["spec"]["flinkConfiguration"]["taskmanager.numberOfTaskSlots"])
-    assert job.slots == 2 * job.parallelism and job.slots % slots == 0, "the writers' own slots, whole TaskManagers"
+    assert job.slots == 3 * job.parallelism and job.slots % slots == 0, "writers' and parse's slots, whole TaskManagers"
     partitions = {_topic_name(doc): doc["spec"]["partitions"] for doc in _all("KafkaTopic")}
     assert partitions[TOPIC_FRONTIER] >= job.parallelism, "every source reader needs a partition"
     mounts = [m["mountPath"] for m in deployment["spec"]["podTemplate"]["spec"]["containers"][0]["volumeMounts"]]

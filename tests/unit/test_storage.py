@@ -87,10 +87,12 @@ def test_default_roll_age_leaves_room_for_the_fetch_within_a_lease() -> None:
     assert config.storage.max_file_age_s + config.fetch.total_timeout_s < config.frontier.lease_timeout_s
 
 
-def test_the_writers_own_slot_sharing_group_adds_a_slot_per_subtask_unless_it_is_shared() -> None:
-    assert JobPolicy().slots == 2
-    assert JobPolicy(parallelism=2, fetch_parallelism=3).slots == 5
+def test_the_writers_and_parses_own_slot_sharing_groups_add_a_slot_per_subtask_unless_shared() -> None:
+    assert JobPolicy().slots == 3                                   # writers' and parse's own (1617, 1824)
+    assert JobPolicy(parallelism=2, fetch_parallelism=3).slots == 7
+    assert JobPolicy(parse_slot_group="").slots == 2
     assert JobPolicy(parse_slot_group="parse").slots == 3            # parse's own worker (decision 1808)
+    assert JobPolicy(parse_slot_group="writer").slots == 2           # parse beside the writers: one group
     assert JobPolicy(parallelism=2, writer_slot_group="", parse_slot_group="parse").slots == 4
-    assert JobPolicy(parallelism=2, writer_slot_group="").slots == 2
-    assert JobPolicy(parallelism=2, writer_slot_group="default").slots == 2
+    assert JobPolicy(parallelism=2, writer_slot_group="", parse_slot_group="").slots == 2
+    assert JobPolicy(parallelism=2, writer_slot_group="default", parse_slot_group="default").slots == 2
