@@ -410,8 +410,8 @@ def capture_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str 
     response, request = builder.capture(
         response_url(result), result.get("request_headers", []), result["http_status"],
         result["http_reason"], result["headers"], result["body"] if packed is None else packed,
-        date=result["done_at"], ip=result["ip"], truncated=result["truncated"], warcinfo_id=warcinfo_id, http_version=warc_http_version(result),
-        response_id=response_id)
+        date=result["done_at"], ip=result["ip"], truncated=result["truncated"], warcinfo_id=warcinfo_id,
+        http_version=warc_http_version(result), response_id=response_id)
     return [response, request]
 
 
@@ -423,8 +423,8 @@ def revisit_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str 
     url = response_url(result)
     revisit = builder.revisit_identical(
         url, result["http_status"], result["http_reason"], result["headers"],
-        result["body"] if packed is None else packed, RevisitTarget(**verdict["revisit_of"]), date=result["done_at"], ip=result["ip"], warcinfo_id=warcinfo_id,
-        http_version=warc_http_version(result))
+        result["body"] if packed is None else packed, RevisitTarget(**verdict["revisit_of"]), date=result["done_at"],
+        ip=result["ip"], warcinfo_id=warcinfo_id, http_version=warc_http_version(result))
     request = builder.request(url, result.get("request_headers", []), date=result["done_at"], ip=result["ip"],
                               concurrent_to=revisit.record_id, warcinfo_id=warcinfo_id,
                               http_version=warc_http_version(result))

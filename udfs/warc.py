@@ -371,9 +371,7 @@ class WarcBuilder:
                       http_version: str = "HTTP/1.1") -> PackedBlock:
         """The block `response` builds from these, packed for a writer elsewhere (decision 1823):
         deflated at the policy's `gzip_level`, digested with its `digest_algorithm`. Raises as `response` does."""
-        _check_status(status, http_version)
-        stored = stored_http_headers(headers, len(body))
-        head = http_response_head(status, reason, stored, http_version)
+        head, stored = _stored_response_head(status, reason, headers, len(body), http_version)
         algorithm = self.policy.digest_algorithm
         block_hash = hashlib.new(algorithm, head)
         block_hash.update(body)
@@ -402,10 +400,8 @@ class WarcBuilder:
                                 warcinfo_id=warcinfo_id, concurrent_to=concurrent_to, truncated=truncated,
                                 payload_digest=body.payload_digest, status=body.status, mime=body.mime,
                                 record_id=record_id)
-        _check_status(status, http_version)
-        stored = stored_http_headers(headers, len(body))
-        block = http_response_head(status, reason, stored, http_version) + body
-        return self._record("response", block, CT_HTTP_RESPONSE, url=url, date=date, ip=ip,
+        head, stored = _stored_response_head(status, reason, headers, len(body), http_version)
+        return self._record("response", head + body, CT_HTTP_RESPONSE, url=url, date=date, ip=ip,
                             warcinfo_id=warcinfo_id, concurrent_to=concurrent_to,
                             truncated=truncated, payload=body, status=status, mime=_mime(stored),
                             record_id=record_id)
@@ -435,11 +431,9 @@ class WarcBuilder:
         `body` (the payload just fetched, or the block packing it), so it equals the original's whenever
         dedup was right.
         """
-        _check_status(status, http_version)
         length, payload_digest = _payload_of(body, self.policy.digest_algorithm)
-        stored = stored_http_headers(headers, length)
-        block = http_response_head(status, reason, stored, http_version)
-        return self._record("revisit", block, CT_HTTP_RESPONSE, url=url, date=date, ip=ip,
+        head, _ = _stored_response_head(status, reason, headers, length, http_version)
+        return self._record("revisit", head, CT_HTTP_RESPONSE, url=url, date=date, ip=ip,
                             warcinfo_id=warcinfo_id, payload_digest=payload_digest, status=status,
                             mime="warc/revisit", profile=PROFILE_IDENTICAL_PAYLOAD, refers=original)
 
@@ -450,10 +444,8 @@ class WarcBuilder:
         """A revisit record, server-not-modified profile (WARC 1.1 §6.7.3), for a 304 (or a 200 whose
         validators matched): the block is the response head, the payload digest the original's if known.
         """
-        _check_status(status, http_version)
-        stored = stored_http_headers(headers, 0)
-        block = http_response_head(status, reason, stored, http_version)
-        return self._record("revisit", block, CT_HTTP_RESPONSE, url=url, date=date, ip=ip,
+        head, _ = _stored_response_head(status, reason, headers, 0, http_version)
+        return self._record("revisit", head, CT_HTTP_RESPONSE, url=url, date=date, ip=ip,
                             warcinfo_id=warcinfo_id, status=status, mime="warc/revisit",
                             profile=PROFILE_SERVER_NOT_MODIFIED, refers=original,
                             payload_digest=original.payload_digest)
@@ -529,6 +521,14 @@ def _check_id(record_id: str | None) -> str:
     if record_id is None or not _RECORD_ID.fullmatch(record_id):
         raise ValueError(f"a WARC record id must look like <urn:uuid:...>, not {record_id!r}")
     return record_id
+
+
+def _stored_response_head(status: int, reason: str, headers: Fields, stored_length: int,
+                          http_version: str) -> tuple[bytes, list[tuple[str, str]]]:
+    """The HTTP head of a response record or revisit as stored (decision 0501), and its stored headers."""
+    _check_status(status, http_version)
+    stored = stored_http_headers(headers, stored_length)
+    return http_response_head(status, reason, stored, http_version), stored
 
 
 def _check_packed(block: PackedBlock, algorithm: str) -> None:
