@@ -4,8 +4,10 @@ with dict-backed state, fed the discoveries of pages shaped like the benchmark w
 Each simulated page yields one batch of ~116 same-host links (pages of its own host, so most repeat)
 and ~25 single-URL batches to other hosts skewed toward popular ones, half of them home pages, as
 tests/synthweb/links.py draws them. Reports CPU time per page, per event and per URL after a warm-up,
-and the share of each verdict, with every link sent and with the WARC writer's recent-links filter. What this leaves out: Flink's state access (RocksDB through JNI) and
-record serialization, which come on top in the job. `python -m bench.bench_frontier [--hosts 500]`.
+and the share of each verdict, with every link sent and with the WARC writer's recent-links filter.
+The frontier has the job's default policies (budgets and domain shares, recrawl, sitemaps, tdmrep.json).
+What this leaves out: Flink's state access (RocksDB through JNI) and record serialization, which come
+on top in the job. `python -m bench.bench_frontier [--hosts 500]`.
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import time
 from typing import Any
 
 from operators.frontier import FrontierGauges, HostFrontier
-from udfs.bloom import DEFAULT_BLOOM_POLICY, SeenFilter
+from udfs.bloom import SeenFilter
+from udfs.config import load_config
 from udfs.recent import DiscoveryPolicy, RecentUrls
 from udfs.records import b64
 from udfs.robots import parse_robots
@@ -53,16 +56,22 @@ class Bench:
     def __init__(self, n_hosts: int, pages_per_host: int, seed: int) -> None:
         self.hosts = [f"h{i:05d}.example" for i in range(n_hosts)]
         self.pages_per_host = pages_per_host
-        self.state = {h: (Value(), Value(), Map(), Map(), Map()) for h in self.hosts}
+        self.state = {h: (Value(), Value(), Map(), Map(), Map(), Value()) for h in self.hosts}
         self.counts: collections.Counter[str] = collections.Counter()
+        # The job's default policies (jobs/crawl.py builds its FrontierFunction from the same sections):
+        # budgets with domain shares, recrawl, host quality, sitemaps, tdmrep.json after robots.txt.
+        config = load_config()
         self.frontier = HostFrontier(Value(), Value(), Map(), Map(), lambda name: self.counts.update((name,)),
-                                     parse_robots, seen=SeenFilter(DEFAULT_BLOOM_POLICY), epoch=7, due=Map(),
-                                     gauges=FrontierGauges())
+                                     parse_robots, config.frontier, config.politeness, config.robots,
+                                     traps=config.traps, seen=SeenFilter(config.bloom), epoch=7, due=Map(),
+                                     recrawl=config.recrawl, gauges=FrontierGauges(), quality=config.host_quality,
+                                     optout=config.optout, tdmrep_body=Value(), budgets=config.budgets, census=True,
+                                     sitemaps=config.sitemaps)
         self.rnd = random.Random(seed)
 
     def call(self, event: dict[str, Any], now: float) -> list[dict[str, Any]]:
         f, host = self.frontier, event["host"]
-        f.host_row, f.robots_body, f.slots, f.urls, f.due = self.state[host]
+        f.host_row, f.robots_body, f.slots, f.urls, f.due, f.tdmrep_body = self.state[host]
         return f.on_event(host, event, now).requests
 
     def start_hosts(self) -> None:

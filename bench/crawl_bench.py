@@ -245,6 +245,17 @@ def lease_budget(samples: Sequence[Sample], window: Window) -> dict[str, float]:
     return out
 
 
+def discovery_lag(samples: Sequence[Sample], window: Window) -> dict[str, float]:
+    """The crawl.frontier source's lag at the window's last sample and its growth per second over the
+    window: above zero, the frontier reads discoveries slower than the writer produces them."""
+    inside = [s for s in samples if s.at in window and DISCOVERY_LAG in s.counters]
+    if len(inside) < 2:
+        return {}
+    first, last = inside[0], inside[-1]
+    return {"at_end": last.counters[DISCOVERY_LAG],
+            "growth_per_s": (last.counters[DISCOVERY_LAG] - first.counters[DISCOVERY_LAG]) / max(last.at - first.at, 1e-9)}
+
+
 def politeness_ceiling(delays: Iterable[float | None]) -> float:
     """Spec: issue #8 "the politeness ceiling (sum over hosts of 1/delay)"; None = a host not crawlable."""
     return sum(1.0 / d for d in delays if d is not None and d > 0)
@@ -391,6 +402,11 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                          f"average, bound {budget['leases_cap']:,.0f}, completions {budget['completions_per_min'] / 60:,.1f}/s; "
                          f"{leases / seconds:,.1f} leases/s, {budget['budget_waits'] / seconds:,.1f} hosts/s turned away "
                          f"for room, {budget['leases_expired']:,.0f} leases expired.")
+        lag = ours.get("discovery_lag") or {}
+        if lag:
+            lines.append(f"- Ours, discovered batches waiting on crawl.frontier (its source's Kafka lag): "
+                         f"{lag['at_end']:,.0f} at the window's end, {lag['growth_per_s']:+,.1f}/s over it "
+                         "(above zero, the frontier admits discoveries slower than pages bring them).")
         busy = ours.get("busy_ms_per_s") or {}
         if busy:
             pps = ours["pages_per_s"] or None
@@ -451,9 +467,13 @@ class Sampler:
         return sample
 
 
+# The crawl.frontier source's Kafka lag: discovered batches the writer wrote that the frontier has not read.
+DISCOVERY_LAG = "discoveries_pending"
+
+
 def flink_extra(stack: Any, job_id: str) -> Callable[[], Extra]:
-    """Frontier queue (admitted + requeued − released), busyTimeMsPerSecond per vertex and the
-    frontier's counters, from REST."""
+    """Frontier queue (admitted + requeued − released), busyTimeMsPerSecond per vertex, the frontier's
+    counters and the crawl.frontier source's lag (DISCOVERY_LAG), from REST."""
     from crawler.crawl import frontier_metrics
 
     def read() -> Extra:
@@ -461,11 +481,15 @@ def flink_extra(stack: Any, job_id: str) -> Callable[[], Extra]:
         queue = m["admitted"] + m.get("requeued", 0.0) - m.get("released", 0.0) if "admitted" in m else None
         busy: dict[str, float] = {}
         for vertex in (stack.flink.rest(f"/jobs/{job_id}") or {}).get("vertices", []):
-            got = stack.flink.rest(f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics"
-                                   "?get=busyTimeMsPerSecond&agg=sum") or []
-            for metric in got:
+            base = f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics"
+            for metric in stack.flink.rest(f"{base}?get=busyTimeMsPerSecond&agg=sum") or []:
                 if metric.get("id") == "busyTimeMsPerSecond" and metric.get("sum") is not None:
                     busy[vertex["name"][:80]] = float(metric["sum"])
+            if vertex["name"].startswith("Source: crawl.frontier"):
+                names = [x["id"] for x in stack.flink.rest(base) or [] if x["id"].endswith(".pendingRecords")]
+                for metric in (stack.flink.rest(f"{base}?get={','.join(names)}&agg=sum") or []) if names else []:
+                    if metric.get("sum") is not None:
+                        m[DISCOVERY_LAG] = float(metric["sum"])
         return queue, busy, m
     return read
 
@@ -710,6 +734,7 @@ def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, m
         "violation_examples": [f"{v.kind.value} {v.host}{v.path}: {v.detail}" for v in violations[:5]],
         "busy_ms_per_s": mean_busy(run.samples, window),
         "lease_budget": lease_budget(run.samples, window),
+        "discovery_lag": discovery_lag(run.samples, window),
         "throughput_series": rate_series(ends, first, first + spec.seconds, max(spec.sample_every_s, 5.0)),
         "queue_series": [(s.at - first, s.queue) for s in run.samples if s.queue is not None and s.at >= first],
         **run.extra,

@@ -36,6 +36,7 @@ Nothing here reads a clock: `now` is always a parameter (epoch seconds).
 from __future__ import annotations
 
 import enum
+import functools
 import ipaddress
 import json
 import math
@@ -816,7 +817,8 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         return state, Admission(Verdict.HOST_BUDGET)
     if rules is not None and _robots_forbid(state, rules, item.url, policy, item.written):
         return state, Admission(Verdict.ROBOTS_DISALLOWED)
-    queued = state.queued - state.recrawl_queued  # the recrawl lane is bounded by the URL table, not max_queue
+    # the recrawl lane is bounded by the URL table, not max_queue
+    queued = sum(tail - head for head, tail in state.queues[:PRIORITIES])
     if queued + (1 if state.lease is not None and state.lease.kind == "page" else 0) >= policy.max_queue:
         return state, Admission(Verdict.QUEUE_FULL)
     changes: dict[str, Any] = {}
@@ -1039,9 +1041,17 @@ def host_importance(state: HostState, budgets: BudgetPolicy) -> float:
     """The host's budget multiplier from what its row knows (udfs.budgets.importance; decisions 1805,
     1806): seed or not, other hosts linking in, whether its robots.txt lists a sitemap (1812), its
     closest URL's depth, its unique-content ratio."""
-    signals = ImportanceSignals(inlink_hosts=len(state.inlinks), is_seed=state.seeded, has_sitemap=state.lists_sitemap,
-                                min_depth=state.min_depth or 0, unique_ratio=state.quality.ratio)
-    return importance(signals, budgets)
+    return _importance(len(state.inlinks), state.seeded, state.lists_sitemap, state.min_depth or 0,
+                       state.quality.ratio, budgets)
+
+
+@functools.lru_cache(maxsize=4096)
+def _importance(inlink_hosts: int, is_seed: bool, has_sitemap: bool, min_depth: int, unique_ratio: float,
+                budgets: BudgetPolicy) -> float:
+    """`importance` of these signals, remembered: admission asks once per discovered URL, and a host's
+    signals change far less often than that (a log2 and a dozen checks each time, measured)."""
+    return importance(ImportanceSignals(inlink_hosts=inlink_hosts, is_seed=is_seed, has_sitemap=has_sitemap,
+                                        min_depth=min_depth, unique_ratio=unique_ratio), budgets)
 
 
 MAX_INLINK_HOSTS = 64   # 0.5 · log2(1 + 64): at most 3 doublings of importance from links in

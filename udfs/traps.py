@@ -415,6 +415,8 @@ def session_key(url: str) -> str | None:
 
 
 def _session_parts(url: str) -> tuple[str | None, int]:
+    if "?" not in url:   # no query, no session parameter (most links; asked twice per admitted URL)
+        return None, 0
     parts = urlsplit(url)
     kept, names, values = [], [], []
     for pair in parts.query.split("&"):

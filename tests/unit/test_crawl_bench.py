@@ -116,6 +116,15 @@ def test_the_lease_budget_averages_levels_and_takes_the_growth_of_counts_in_the_
     assert cb.lease_budget(samples[:1], cb.Window(5.0, 25.0)) == {}
 
 
+def test_the_discovery_lag_is_the_last_reading_in_the_window_and_its_growth_per_second() -> None:
+    samples = [cb.Sample(10.0, {}, counters={cb.DISCOVERY_LAG: 1_000}),
+               cb.Sample(20.0, {}, counters={"released": 3}),
+               cb.Sample(30.0, {}, counters={cb.DISCOVERY_LAG: 6_000}),
+               cb.Sample(40.0, {}, counters={cb.DISCOVERY_LAG: 99_000})]
+    assert cb.discovery_lag(samples, cb.Window(5.0, 35.0)) == {"at_end": 6_000, "growth_per_s": 250.0}
+    assert cb.discovery_lag(samples[:2], cb.Window(5.0, 35.0)) == {}
+
+
 def test_tree_cpu_sums_a_process_and_its_descendants_only() -> None:
     table = {1: (0, 100.0), 10: (1, 2.0), 11: (10, 3.0), 12: (11, 4.0), 20: (1, 50.0), 30: (99, 7.0)}
     assert cb.tree_cpu_s(table, 10) == pytest.approx(9.0)
