@@ -24,6 +24,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from udfs import compact_json
+from udfs.frozen import copied
+
 __all__ = [
     "BUDGET_ROW_VERSION",
     "DAY_S",
@@ -212,9 +215,8 @@ class BudgetRow:
 
     def to_row(self) -> str:
         """The row as compact JSON text with its schema version."""
-        return json.dumps({"v": BUDGET_ROW_VERSION, "scope": self.scope.value, "share": self.share,
-                           "pages": self.page_tokens, "urls": self.url_tokens, "at": self.at},
-                          separators=(",", ":"))
+        return compact_json.dumps({"v": BUDGET_ROW_VERSION, "scope": self.scope.value, "share": self.share,
+                                   "pages": self.page_tokens, "urls": self.url_tokens, "at": self.at})
 
     @staticmethod
     def from_row(row: str | None, scope: Scope = Scope.HOST) -> BudgetRow:
@@ -225,7 +227,7 @@ class BudgetRow:
         if row is None:
             return BudgetRow(scope)
         try:
-            data = json.loads(row)
+            data = compact_json.loads(row)
             if not isinstance(data, dict) or data.get("v") != BUDGET_ROW_VERSION:
                 version = data.get("v") if isinstance(data, dict) else None
                 raise ValueError(f"budget row schema version {version!r}; this release reads {BUDGET_ROW_VERSION}")
@@ -298,10 +300,7 @@ def _derived(row: BudgetRow, **changes: float) -> BudgetRow:
     """A copy of a valid row with token counts and a time computed from it (finite, tokens >= 0), without
     `__post_init__`'s checks: admission refills and spends a row per discovered URL, and those checks
     were a fifth of its cost (measured in bench/bench_frontier.py). Rows from outside go through them."""
-    copy = object.__new__(BudgetRow)
-    copy.__dict__.update(row.__dict__)
-    copy.__dict__.update(changes)
-    return copy
+    return copied(row, changes)
 
 
 def admit_budget(row: BudgetRow, now: float, importance_value: float,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import json
 import re
 from collections.abc import Iterable
 from typing import Any
 
+from udfs import compact_json
 from udfs.urls import host_key
 
 ROW_VERSION = 1
@@ -94,7 +94,7 @@ class ControlTable:
                 rate = float(record["rate_limit_rps"])
             if record.get("blocked") is not None:
                 blocked = bool(record["blocked"])
-            value = json.dumps({"v": ROW_VERSION, "rate_limit_rps": rate, "blocked": blocked})
+            value = compact_json.dumps({"v": ROW_VERSION, "rate_limit_rps": rate, "blocked": blocked})
             return [(_HOST + record["host"], value)]
         if kind in ("pause", "resume"):
             return [(PAUSED_KEY, "1" if kind == "pause" else "0")]
@@ -108,7 +108,7 @@ class ControlTable:
             self._paused = value == "1"
         elif key.startswith(_HOST):
             try:
-                row = json.loads(value)
+                row = compact_json.loads(value)
                 rate = row.get("rate_limit_rps")
                 self._hosts[key[len(_HOST):]] = (float(rate) if rate is not None else None, bool(row.get("blocked")))
             except (ValueError, TypeError, AttributeError):

@@ -13,10 +13,10 @@ Pure logic behind `operators/dedup.py` (ARCHITECTURE.md §1 "content dedupe", is
 from __future__ import annotations
 
 import dataclasses
-import json
 import uuid
 from typing import TypedDict
 
+from udfs import compact_json
 from udfs.simhash import BITS, band_keys, hamming
 
 OWNER_ROW_VERSION = 1
@@ -123,9 +123,9 @@ def exact_candidate(http_status: int | None, fetch_status: str, truncated: str |
 
 def encode_owner(row: OwnerRow) -> str:
     """The owner row as stored in keyed state: JSON with schema version `v` (ARCHITECTURE.md §3)."""
-    return json.dumps({"v": OWNER_ROW_VERSION, "url": row.url, "url_fp": row.url_fp, "warc_date": row.warc_date,
-                       "payload_digest": row.payload_digest, "record_id": row.record_id,
-                       "captured_at": row.captured_at}, separators=(",", ":"))
+    return compact_json.dumps({"v": OWNER_ROW_VERSION, "url": row.url, "url_fp": row.url_fp,
+                               "warc_date": row.warc_date, "payload_digest": row.payload_digest,
+                               "record_id": row.record_id, "captured_at": row.captured_at})
 
 
 def decode_owner(text: str | None) -> OwnerRow | None:
@@ -134,7 +134,7 @@ def decode_owner(text: str | None) -> OwnerRow | None:
     if not text:
         return None
     try:
-        raw = json.loads(text)
+        raw = compact_json.loads(text)
         if raw.get("v") != OWNER_ROW_VERSION:
             return None
         row = OwnerRow(url=raw["url"], url_fp=raw["url_fp"], warc_date=raw["warc_date"],
@@ -181,7 +181,7 @@ def probe_keys(simhash: int, policy: DedupPolicy) -> list[int]:
 
 def encode_band(entries: list[BandEntry]) -> str:
     """A band's entries as stored in keyed state: JSON with schema version `v`, oldest first."""
-    return json.dumps({"v": BAND_ROW_VERSION, "e": entries}, separators=(",", ":"))
+    return compact_json.dumps({"v": BAND_ROW_VERSION, "e": entries})
 
 
 def decode_band(text: str | None) -> list[BandEntry]:
@@ -191,7 +191,7 @@ def decode_band(text: str | None) -> list[BandEntry]:
     if not text:
         return []
     try:
-        raw = json.loads(text)
+        raw = compact_json.loads(text)
         if raw.get("v") != BAND_ROW_VERSION:
             return []
         return [(s, u, f, h) for s, u, f, h in raw["e"]]

@@ -38,13 +38,13 @@ from __future__ import annotations
 import enum
 import functools
 import ipaddress
-import json
 import math
 import zlib
 import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Protocol
 
+from udfs import compact_json
 from udfs.netguard import DEFAULT_USER_AGENT
 from udfs.host_quality import HostQuality
 from udfs.inlinks import SKETCH_BITS, inlink_estimate, linked_from
@@ -56,6 +56,7 @@ from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, Page
                           tier_weights, value_weight)
 from udfs.budgets import (BudgetPolicy, BudgetRow, ImportanceSignals, Scope, admit_all, admit_budget, admit_round,
                            importance, next_page_at)
+from udfs.frozen import copied
 from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, preflight_answer, probe_due
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
@@ -74,10 +75,7 @@ def replace(obj: Any, **changes: Any) -> Any:
         names = _FIELD_NAMES[type(obj)] = frozenset(f.name for f in fields(obj))
     if not names.issuperset(changes):
         raise TypeError(f"{type(obj).__name__} has no field(s) {sorted(set(changes) - names)}")
-    copy = object.__new__(type(obj))
-    copy.__dict__.update(obj.__dict__)
-    copy.__dict__.update(changes)
-    return copy
+    return copied(obj, changes)
 
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
@@ -301,12 +299,12 @@ class QueueItem:
             row.append(self.written)
         if self.sitemap:
             row.append(self.sitemap_for or 1)
-        return json.dumps(row, separators=(",", ":"))
+        return compact_json.dumps(row)
 
     @staticmethod
     def from_row(row: str) -> QueueItem:
         """Read a versioned row or one from before versions; raises ValueError on an unknown version."""
-        fields = json.loads(row)
+        fields = compact_json.loads(row)
         if isinstance(fields[0], int):
             if fields[0] != QUEUE_ROW_VERSION:
                 raise ValueError(f"queue row schema version {fields[0]!r}; this release reads 1, {QUEUE_ROW_VERSION}")
@@ -383,12 +381,12 @@ class UrlRecord:
                 row[1] = None             # and the time of the fetch that set the status
             row += [RECORD_VERSION, None if self.history is None else self.history.to_row(), self.due,
                     None if self.capture is None else list(self.capture), self.depth, *tail]
-        return json.dumps(row, separators=(",", ":"))
+        return compact_json.dumps(row)
 
     @staticmethod
     def from_row(row: str) -> UrlRecord:
         """Read a version 1 or 2 row; raises ValueError on another version."""
-        fields = json.loads(row)
+        fields = compact_json.loads(row)
         status, at, etag, last_modified = fields[:4]
         if len(fields) == 4:
             return UrlRecord(UrlStatus(status), at, etag, last_modified)
@@ -570,14 +568,20 @@ class HostState:
         return tail - head
 
     @property
+    def discovery_queued(self) -> int:
+        """URLs waiting in the discovery lanes (the ones `max_queue` bounds)."""
+        return sum(tail - head for head, tail in self.queues[:PRIORITIES])
+
+    @property
     def recrawl_queued(self) -> int:
+        """URLs waiting in the recrawl tiers (bounded by the URL table, not `max_queue`)."""
         return sum(tail - head for head, tail in self.queues[PRIORITIES:])
 
     def to_row(self) -> str:
         lease = None
         if self.lease is not None:
             lease = [self.lease.lease_id, self.lease.kind, self.lease.deadline, self.lease.item.to_row()]
-        return json.dumps({
+        return compact_json.dumps({
             "v": STATE_VERSION, "scheme": self.scheme, "robots": self.robots.value,
             "robots_expires_at": self.robots_expires_at, "robots_failures": self.robots_failures,
             "robots_retry_at": self.robots_retry_at, "crawl_delay": self.crawl_delay,
@@ -598,7 +602,7 @@ class HostState:
             "domain": None if self.domain is None else [self.domain.share, self.domain.page_tokens,
                                                         self.domain.url_tokens, self.domain.at],
             "census_at": self.census_at, "sitemap": self.lists_sitemap,
-        }, separators=(",", ":"))
+        })
 
     @staticmethod
     def from_row(row: str | None) -> HostState:
@@ -610,7 +614,7 @@ class HostState:
         before version 6 with a full budget and no importance signals yet."""
         if row is None:
             return HostState()
-        data = json.loads(row)
+        data = compact_json.loads(row)
         if data.get("v") not in _READABLE_VERSIONS:
             raise ValueError(f"host state schema version {data.get('v')!r}; this release reads "
                              f"{', '.join(map(str, _READABLE_VERSIONS))}")
@@ -670,7 +674,7 @@ def due_entries(row: str | None) -> list[list[Any]]:
     raises ValueError on an unknown version."""
     if row is None:
         return []
-    data = json.loads(row)
+    data = compact_json.loads(row)
     if data and isinstance(data[0], int):
         if data[0] != DUE_ROW_VERSION:
             raise ValueError(f"due bucket schema version {data[0]!r}; this release reads {DUE_ROW_VERSION}")
@@ -680,7 +684,7 @@ def due_entries(row: str | None) -> list[list[Any]]:
 
 def due_row(entries: list[list[Any]]) -> str:
     """A due-bucket row of `entries`, with its schema version first."""
-    return json.dumps([DUE_ROW_VERSION, *entries], separators=(",", ":"))
+    return compact_json.dumps([DUE_ROW_VERSION, *entries])
 
 
 # --- admission -----------------------------------------------------------------------------------
@@ -817,9 +821,8 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         return state, Admission(Verdict.HOST_BUDGET)
     if rules is not None and _robots_forbid(state, rules, item.url, policy, item.written):
         return state, Admission(Verdict.ROBOTS_DISALLOWED)
-    # the recrawl lane is bounded by the URL table, not max_queue
-    queued = sum(tail - head for head, tail in state.queues[:PRIORITIES])
-    if queued + (1 if state.lease is not None and state.lease.kind == "page" else 0) >= policy.max_queue:
+    leased_page = 1 if state.lease is not None and state.lease.kind == "page" else 0
+    if state.discovery_queued + leased_page >= policy.max_queue:
         return state, Admission(Verdict.QUEUE_FULL)
     changes: dict[str, Any] = {}
     if budgets is not None and source != "seed":

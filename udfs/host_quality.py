@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from udfs import compact_json
+
 __all__ = [
     "DEFAULT_QUALITY_POLICY",
     "MAX_OFFSET",
@@ -94,8 +96,8 @@ class HostQuality:
 
     def to_row(self) -> str:
         """The row as compact JSON text with its schema version."""
-        return json.dumps({"v": QUALITY_ROW_VERSION, "ratio": self.ratio, "seen": self.seen, "offset": self.offset},
-                          separators=(",", ":"))
+        return compact_json.dumps({"v": QUALITY_ROW_VERSION, "ratio": self.ratio, "seen": self.seen,
+                                   "offset": self.offset})
 
     @staticmethod
     def from_row(row: str | None) -> HostQuality:
@@ -104,7 +106,7 @@ class HostQuality:
         if row is None:
             return HostQuality()
         try:
-            data = json.loads(row)
+            data = compact_json.loads(row)
             if not isinstance(data, dict) or data.get("v") != QUALITY_ROW_VERSION:
                 version = data.get("v") if isinstance(data, dict) else None
                 raise ValueError(f"host quality row schema version {version!r}; this release reads "

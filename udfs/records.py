@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import base64
 import enum
-import json
 from typing import Any, Literal, NotRequired, TypedDict
+
+from udfs import compact_json
 
 SCHEMA_VERSION = 1
 
@@ -301,14 +302,14 @@ _FRONTIER_TYPES = {"discovered", "completion", "robots", "tdmrep", "probe", "ip_
 
 def encode(record: dict[str, Any]) -> bytes:
     """Serialise a record for Kafka (compact JSON, UTF-8)."""
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return compact_json.dumps_bytes(record)
 
 
 def json_object(raw: bytes | str, what: str = "record") -> dict[str, Any]:
     """One JSON object from a topic value or request body; raises ContractError saying what is wrong
     (not JSON, nested too deep, or another JSON type), never another exception."""
     try:
-        value = json.loads(raw)
+        value = compact_json.loads(raw)
     except (ValueError, RecursionError) as exc:   # UnicodeDecodeError is a ValueError
         raise ContractError(f"{what}: not JSON ({str(exc)[:120]})") from None
     if not isinstance(value, dict):

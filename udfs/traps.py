@@ -318,10 +318,24 @@ def _url_length(url: str, context: TrapContext, policy: TrapPolicy) -> str | Non
     return "url_too_long" if len(url) > policy.max_url_length else None
 
 
+# The path and query of a plain absolute http(s) URL, as normalize_url writes them: the same parts
+# urlsplit finds, in a tenth of its time (it was a tenth of admission; bench/bench_frontier.py).
+_PLAIN_URL = re.compile(r"https?://[^/?#\[\]]*(/[^?#]*)?(?:\?([^#]*))?(?:#|\Z)")
+
+
+def _path_and_query(url: str) -> tuple[str, str]:
+    """`urlsplit(url)`'s path and query. URLs that urlsplit would clean or check first (non-ASCII,
+    control characters or whitespace, brackets in the authority) go through urlsplit itself."""
+    if url.isascii() and url.isprintable() and (m := _PLAIN_URL.match(url)):
+        return m.group(1) or "", m.group(2) or ""
+    parts = urlsplit(url)
+    return parts.path, parts.query
+
+
 # Each URL is split once per chain run, not once per step: the steps ask for the same URL in turn.
 @functools.lru_cache(maxsize=64)
 def _segments(url: str) -> tuple[str, ...]:
-    return tuple(s for s in urlsplit(url).path.split("/") if s)
+    return tuple(s for s in _path_and_query(url)[0].split("/") if s)
 
 
 def _path_depth(url: str, context: TrapContext, policy: TrapPolicy) -> str | None:
@@ -340,7 +354,7 @@ def _repeated_segments(url: str, context: TrapContext, policy: TrapPolicy) -> st
 @functools.lru_cache(maxsize=64)
 def _query_pairs(url: str) -> tuple[tuple[str, str], ...]:
     pairs = []
-    for pair in urlsplit(url).query.split("&"):
+    for pair in _path_and_query(url)[1].split("&"):
         if pair:
             name, _, value = pair.partition("=")
             pairs.append((name.lower(), value))

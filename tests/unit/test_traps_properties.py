@@ -54,3 +54,23 @@ def test_structural_rules_match_a_brute_force_reference(segments: list[str], pai
     }
     for step, rejected in expected.items():
         assert (not check_url(url, context, TrapPolicy(steps=(step,))).accepted) == rejected
+
+
+@settings(max_examples=500, deadline=None)
+@given(url=st.one_of(_url_like, st.text(max_size=60),
+                     st.builds("".join, st.lists(st.sampled_from(["http://", "https://", "a", "/", "?", "#", ":",
+                                                                "[", "]", "@", "%", "&", "=", " ", "\t", "é"]),
+                                                max_size=20))))
+def test_rules_split_a_url_where_urlsplit_does(url: str) -> None:
+    from urllib.parse import urlsplit
+
+    from udfs.traps import _path_and_query
+    try:
+        expected: object = (urlsplit(url).path, urlsplit(url).query)
+    except ValueError:
+        expected = ValueError
+    try:
+        got: object = _path_and_query(url)
+    except ValueError:
+        got = ValueError
+    assert got == expected
