@@ -64,7 +64,11 @@ _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz012
 # WHATWG accepts hosts like "a..b" or "!$&'" that no resolver will look up.
 _DNS_NAME = re.compile(r"[a-z0-9_\-]{1,63}(?:\.[a-z0-9_\-]{1,63})*")
 # URLs that are their own normal form: see _is_clean for what the groups must still be checked for.
-_CLEAN_URL = re.compile(r"https?://((?:[a-z0-9_\-]{1,63}\.)*[a-z_\-][a-z0-9_\-]{0,62})(/[A-Za-z0-9\-._~!$&'()*+,=:@/]*)")
+_CLEAN_HOST = r"(?:[a-z0-9_\-]{1,63}\.)*[a-z_\-][a-z0-9_\-]{0,62}"
+_CLEAN_URL = re.compile(rf"(https?)://({_CLEAN_HOST})(?::([1-9][0-9]{{0,4}}))?(/[A-Za-z0-9\-._~!$&'()*+,=:@/]*)")
+# The scheme and authority of a base URL that could be clean: what a path-absolute link (`/a/b`) keeps.
+_CLEAN_ORIGIN = re.compile(rf"https?://{_CLEAN_HOST}(?::[1-9][0-9]{{0,4}})?(?=/)")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 _MULTI_SLASH = re.compile(r"//+")
 _HAS_SCHEME = re.compile(r"[\x00-\x20]*[A-Za-z][A-Za-z0-9+.\-]*:")
 
@@ -155,6 +159,12 @@ def _unsorted(policy: UrlPolicy) -> UrlPolicy:
 def _normalize(url: str, base: str | None, policy: UrlPolicy) -> str | None:
     if _is_clean(url, policy):
         return url
+    if base is not None and url[:1] == "/" and url[1:2] != "/" and (origin := _CLEAN_ORIGIN.match(base)):
+        # A path-absolute link keeps the base's scheme and authority (WHATWG URL, "path start" state):
+        # when the joined URL is clean, it is what the full path would return (decision 1827).
+        joined = origin.group(0) + url
+        if _is_clean(joined, policy):
+            return joined
     return _normalize_full(url, base, policy)
 
 
@@ -162,15 +172,18 @@ def _is_clean(url: str, policy: UrlPolicy) -> bool:
     """True if `url` is already its own normal form, so parsing can be skipped (decision 0100).
 
     Absolute (a base changes nothing), lower-case scheme and LDH host whose last label cannot be a
-    number (no IPv4 reading) and with no punycode to validate, no port, userinfo, escape, query,
-    fragment, dot segment, empty segment or `;` parameter.
+    number (no IPv4 reading) and with no punycode to validate, no port but a non-default one written
+    without leading zeros (decision 1827), no userinfo, escape, query, fragment, dot segment, empty
+    segment or `;` parameter.
     """
     if len(url) > policy.max_length:
         return False
     m = _CLEAN_URL.fullmatch(url)
     if m is None:
         return False
-    host, path = m.group(1), m.group(2)
+    scheme, host, port, path = m.groups()
+    if port is not None and (int(port) > 65535 or int(port) == _DEFAULT_PORTS[scheme]):
+        return False
     return len(host) <= 253 and "xn--" not in host and "/." not in path and "//" not in path
 
 

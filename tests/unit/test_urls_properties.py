@@ -91,14 +91,24 @@ _LABEL = st.text("abcxyz0189_-", min_size=1, max_size=8)
 _CLEAN_PATH = st.text("aZ09-._~!$&'()*+,=:@/", max_size=30)
 
 
+_CLEAN_PORTS = st.sampled_from(["", "", ":80", ":443", ":8080", ":36295", ":65535", ":65536", ":080", ":0", ":"])
+
+
 @st.composite
 def clean_looking_url(draw: st.DrawFn) -> str:
     host = ".".join(draw(st.lists(_LABEL, min_size=1, max_size=4)))
-    return draw(st.sampled_from(["http://", "https://"])) + host + "/" + draw(_CLEAN_PATH)
+    return draw(st.sampled_from(["http://", "https://"])) + host + draw(_CLEAN_PORTS) + "/" + draw(_CLEAN_PATH)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.one_of(clean_looking_url(), url_like()))
 def test_fast_path_agrees_with_full_parse(url: str) -> None:
     if _is_clean(url, DEFAULT_URL_POLICY):
         assert _normalize_full(url, None, DEFAULT_URL_POLICY) == url
+
+
+@settings(max_examples=500, deadline=None)
+@given(href=st.one_of(_CLEAN_PATH.map(lambda p: "/" + p), _RELATIVE, url_like()),
+       base=st.one_of(clean_looking_url(), url_like()), policy=_POLICIES)
+def test_a_path_absolute_link_resolves_as_the_full_parse_does(href: str, base: str, policy: UrlPolicy) -> None:
+    assert normalize_url(href, base, policy) == _normalize_full(href, base, policy)
