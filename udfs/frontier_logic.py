@@ -578,6 +578,7 @@ class HostState:
         return sum(tail - head for head, tail in self.queues[PRIORITIES:])
 
     def to_row(self) -> str:
+        # (tuples are written as JSON arrays: no list copies of the queues, trap memory or in-links)
         lease = None
         if self.lease is not None:
             lease = [self.lease.lease_id, self.lease.kind, self.lease.deadline, self.lease.item.to_row()]
@@ -586,10 +587,9 @@ class HostState:
             "robots_expires_at": self.robots_expires_at, "robots_failures": self.robots_failures,
             "robots_retry_at": self.robots_retry_at, "crawl_delay": self.crawl_delay,
             "next_allowed_at": self.next_allowed_at, "backoff_s": self.backoff_s, "lease": lease,
-            "lease_seq": self.lease_seq, "queues": [list(q) for q in self.queues],
+            "lease_seq": self.lease_seq, "queues": self.queues,
             "url_count": self.url_count, "timer_ms": self.timer_ms,
-            "traps": [[key, list(hashes)] for key, hashes in self.trap_summary.entries],
-            "traps_counted": list(self.trap_summary.counted),
+            "traps": self.trap_summary.entries, "traps_counted": self.trap_summary.counted,
             "growth": [self.growth_since, self.growth_urls], "ip": self.ip, "bloom_epoch": self.bloom_epoch,
             "recrawl": self.signals.to_row(), "draws": self.draws, "oldest_due": self.oldest_due,
             "gauge_epoch": self.gauge_epoch, "quality": self.quality.to_row(),
@@ -598,7 +598,7 @@ class HostState:
                                                       self.probe.title, self.probe.at],
             "budget": None if self.budget is None else [self.budget.page_tokens, self.budget.url_tokens,
                                                         self.budget.at],
-            "seeded": self.seeded, "min_depth": self.min_depth, "inlinks": list(self.inlinks),
+            "seeded": self.seeded, "min_depth": self.min_depth, "inlinks": self.inlinks,
             "domain": None if self.domain is None else [self.domain.share, self.domain.page_tokens,
                                                         self.domain.url_tokens, self.domain.at],
             "census_at": self.census_at, "sitemap": self.lists_sitemap,
