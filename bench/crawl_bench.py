@@ -247,13 +247,22 @@ def lease_budget(samples: Sequence[Sample], window: Window) -> dict[str, float]:
 
 def discovery_lag(samples: Sequence[Sample], window: Window) -> dict[str, float]:
     """The crawl.frontier source's lag at the window's last sample and its growth per second over the
-    window: above zero, the frontier reads discoveries slower than the writer produces them."""
+    window: above zero, the frontier reads discoveries slower than the writer produces them. With it,
+    the URLs the frontier judged per second (admitted or dropped, `judged_per_s`): while it lags, how
+    much of the backlog a run works off decides how much CPU is left for fetching (#8 step 13)."""
     inside = [s for s in samples if s.at in window and DISCOVERY_LAG in s.counters]
     if len(inside) < 2:
         return {}
     first, last = inside[0], inside[-1]
+    seconds = max(last.at - first.at, 1e-9)
     return {"at_end": last.counters[DISCOVERY_LAG],
-            "growth_per_s": (last.counters[DISCOVERY_LAG] - first.counters[DISCOVERY_LAG]) / max(last.at - first.at, 1e-9)}
+            "growth_per_s": (last.counters[DISCOVERY_LAG] - first.counters[DISCOVERY_LAG]) / seconds,
+            "judged_per_s": (urls_judged(last.counters) - urls_judged(first.counters)) / seconds}
+
+
+def urls_judged(counters: Mapping[str, float]) -> float:
+    """URLs the frontier has given a verdict so far: its `admitted` and `dropped_*` counters."""
+    return sum(value for name, value in counters.items() if name == "admitted" or name.startswith("dropped_"))
 
 
 def politeness_ceiling(delays: Iterable[float | None]) -> float:
@@ -404,9 +413,14 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                          f"for room, {budget['leases_expired']:,.0f} leases expired.")
         lag = ours.get("discovery_lag") or {}
         if lag:
-            lines.append(f"- Ours, discovered batches waiting on crawl.frontier (its source's Kafka lag): "
-                         f"{lag['at_end']:,.0f} at the window's end, {lag['growth_per_s']:+,.1f}/s over it "
-                         "(above zero, the frontier admits discoveries slower than pages bring them).")
+            line = (f"- Ours, discovered batches waiting on crawl.frontier (its source's Kafka lag): "
+                    f"{lag['at_end']:,.0f} at the window's end, {lag['growth_per_s']:+,.1f}/s over it "
+                    "(above zero, the frontier admits discoveries slower than pages bring them)")
+            if "judged_per_s" in lag:   # (results written before #8 step 13 lack it)
+                per_page = lag["judged_per_s"] / ours["pages_per_s"] if ours.get("pages_per_s") else None
+                line += (f"; the frontier judged {lag['judged_per_s']:,.0f} URLs a second in the window (admitted "
+                         f"or dropped; {_fmt(per_page, 1)} per fetched page): while it lags, its CPU follows this")
+            lines.append(line + ".")
         busy = ours.get("busy_ms_per_s") or {}
         if busy:
             pps = ours["pages_per_s"] or None

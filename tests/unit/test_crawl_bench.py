@@ -116,12 +116,14 @@ def test_the_lease_budget_averages_levels_and_takes_the_growth_of_counts_in_the_
     assert cb.lease_budget(samples[:1], cb.Window(5.0, 25.0)) == {}
 
 
-def test_the_discovery_lag_is_the_last_reading_in_the_window_and_its_growth_per_second() -> None:
-    samples = [cb.Sample(10.0, {}, counters={cb.DISCOVERY_LAG: 1_000}),
+def test_the_discovery_lag_is_the_last_reading_in_the_window_its_growth_and_the_urls_judged_per_second() -> None:
+    samples = [cb.Sample(10.0, {}, counters={cb.DISCOVERY_LAG: 1_000, "admitted": 100, "dropped_seen": 50}),
                cb.Sample(20.0, {}, counters={"released": 3}),
-               cb.Sample(30.0, {}, counters={cb.DISCOVERY_LAG: 6_000}),
+               cb.Sample(30.0, {}, counters={cb.DISCOVERY_LAG: 6_000, "admitted": 900, "dropped_seen": 250,
+                                             "dropped_trap_path_too_deep": 100, "released": 700}),
                cb.Sample(40.0, {}, counters={cb.DISCOVERY_LAG: 99_000})]
-    assert cb.discovery_lag(samples, cb.Window(5.0, 35.0)) == {"at_end": 6_000, "growth_per_s": 250.0}
+    assert cb.discovery_lag(samples, cb.Window(5.0, 35.0)) == {"at_end": 6_000, "growth_per_s": 250.0,
+                                                               "judged_per_s": 55.0}
     assert cb.discovery_lag(samples[:2], cb.Window(5.0, 35.0)) == {}
 
 
@@ -335,3 +337,13 @@ def test_middleware_puts_mapped_hosts_in_their_address_slot_and_refuses_the_rest
     else:
         assert middleware.process_request(request) is None
         assert request.meta["download_slot"] == slot
+
+
+def test_markdown_reports_the_lag_and_the_urls_judged_per_page_when_the_run_measured_them() -> None:
+    result = copy.deepcopy(RESULT)
+    result["crawlers"]["ours"]["discovery_lag"] = {"at_end": 5_000.0, "growth_per_s": 12.5}
+    md = cb.render_markdown(result)
+    assert "5,000 at the window's end, +12.5/s over it" in md and "judged" not in md   # an older result
+    result["crawlers"]["ours"]["discovery_lag"]["judged_per_s"] = 1_500.0
+    md = cb.render_markdown(result)
+    assert "the frontier judged 1,500 URLs a second in the window (admitted or dropped; 15.0 per fetched page)" in md
