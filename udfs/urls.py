@@ -21,6 +21,7 @@ import tldextract
 from ada_url.ada_adapter import ffi, lib
 
 __all__ = [
+    "DEFAULT_PORTS",
     "DEFAULT_URL_POLICY",
     "FP_SEED",
     "TRACKING_PARAMS",
@@ -68,7 +69,8 @@ _CLEAN_HOST = r"(?:[a-z0-9_\-]{1,63}\.)*[a-z_\-][a-z0-9_\-]{0,62}"
 _CLEAN_URL = re.compile(rf"(https?)://({_CLEAN_HOST})(?::([1-9][0-9]{{0,4}}))?(/[A-Za-z0-9\-._~!$&'()*+,=:@/]*)")
 # The scheme and authority of a base URL that could be clean: what a path-absolute link (`/a/b`) keeps.
 _CLEAN_ORIGIN = re.compile(rf"https?://{_CLEAN_HOST}(?::[1-9][0-9]{{0,4}})?(?=/)")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
+# The port each fetchable scheme implies: WHATWG drops it from a URL that names it.
+DEFAULT_PORTS = {"http": 80, "https": 443}
 _MULTI_SLASH = re.compile(r"//+")
 _HAS_SCHEME = re.compile(r"[\x00-\x20]*[A-Za-z][A-Za-z0-9+.\-]*:")
 
@@ -182,7 +184,7 @@ def _is_clean(url: str, policy: UrlPolicy) -> bool:
     if m is None:
         return False
     scheme, host, port, path = m.groups()
-    if port is not None and (int(port) > 65535 or int(port) == _DEFAULT_PORTS[scheme]):
+    if port is not None and (int(port) > 65535 or int(port) == DEFAULT_PORTS[scheme]):
         return False
     return len(host) <= 253 and "xn--" not in host and "/." not in path and "//" not in path
 

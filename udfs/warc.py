@@ -29,6 +29,8 @@ from urllib.parse import urlsplit
 
 from zlib_ng import gzip_ng, zlib_ng
 
+from udfs.urls import DEFAULT_PORTS
+
 WARC_VERSION = "WARC/1.1"
 PROFILE_IDENTICAL_PAYLOAD = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 PROFILE_SERVER_NOT_MODIFIED = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -552,7 +554,6 @@ def _check_status(status: int, http_version: str) -> None:
 # --- CDXJ --------------------------------------------------------------------------------------
 
 _WWW = re.compile(r"^www\d*\.")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 _PERCENT = re.compile(rb"%([0-9A-Fa-f]{2})")
 _SESSION_ARG = re.compile(r"(jsessionid|phpsessid|sid)=[0-9a-z]{32}|aspsessionid[a-z]{8}=[a-z]{24}|cf(id|token)=[^&]*")
 
@@ -611,7 +612,7 @@ def surt(url: str) -> str:
     if not parts.netloc:
         return url.lower()
     key = _host_key(parts.hostname or "")
-    if port is not None and port != _DEFAULT_PORTS.get(parts.scheme.lower()):
+    if port is not None and port != DEFAULT_PORTS.get(parts.scheme.lower()):
         key += f":{port}"
     segments: list[str] = []
     for segment in _escape_minimally(_unescape_fully(parts.path)).split("/"):
