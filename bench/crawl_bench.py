@@ -260,6 +260,40 @@ def discovery_lag(samples: Sequence[Sample], window: Window) -> dict[str, float]
             "judged_per_s": (urls_judged(last.counters) - urls_judged(first.counters)) / seconds}
 
 
+# Per-vertex CPU metrics of the job (operators/cpu.py, decision 1829), kept in a sample's counters
+# under these prefixes and the vertex's name.
+CPU_METRICS = ("worker_cpu_ms", "worker_pid", "thread_cpu_ms")
+CPU_KEY, PID_KEY = "cpu_ms|", "pid|"
+
+
+def cpu_by_operator(samples: Sequence[Sample], page_ends: Sequence[float], window: Window,
+                    whole: str = "taskmanager") -> list[tuple[str, float]]:
+    """CPU seconds per page of each Flink vertex that reports its CPU (a Python worker's process or a
+    task thread), between the window's first and last samples that carry them, the largest first; a
+    worker that several vertices report (the same pid) counts once, under their names joined. Last, the
+    rest of the `whole` process tree (its JVM's other threads) when the samples measured it."""
+    inside = [s for s in samples if s.at in window and any(k.startswith(CPU_KEY) for k in s.counters)]
+    if len(inside) < 2:
+        return []
+    a, b = inside[0], inside[-1]
+    pages = count_in(page_ends, Window(a.at, b.at))
+    if pages == 0:
+        return []
+    by_source: dict[Any, tuple[list[str], float]] = {}
+    for key, end in b.counters.items():
+        if not key.startswith(CPU_KEY) or key not in a.counters:
+            continue
+        vertex = key[len(CPU_KEY):]
+        source = b.counters.get(PID_KEY + vertex) or vertex   # a worker's pid, or the vertex's own thread
+        names, _ = by_source.get(source, ([], 0.0))
+        by_source[source] = (names + [vertex], (end - a.counters[key]) / 1000.0 / pages)
+    rows = sorted(((" + ".join(names), cpu) for names, cpu in by_source.values()), key=lambda row: -row[1])
+    if whole in a.cpu_s and whole in b.cpu_s:
+        rest = (b.cpu_s[whole] - a.cpu_s[whole]) / pages - sum(cpu for _, cpu in rows)
+        rows.append((f"rest of the {whole} (other JVM threads: sources, sinks, network, state backend, GC, JIT)", rest))
+    return rows
+
+
 def urls_judged(counters: Mapping[str, float]) -> float:
     """URLs the frontier has given a verdict so far: its `admitted` and `dropped_*` counters."""
     return sum(value for name, value in counters.items() if name == "admitted" or name.startswith("dropped_"))
@@ -427,6 +461,13 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             lines += ["", "| Flink vertex (chain) | busy ms/s | busy ms per page |", "|---|---|---|"]
             lines += [f"| {v} | {b:,.0f} | {_fmt(b / pps if pps else None, 2)} |"
                       for v, b in sorted(busy.items(), key=lambda kv: -kv[1])]
+        by_operator = ours.get("cpu_by_operator") or []
+        if by_operator:   # (results written before decision 1829 lack it)
+            total = (ours.get("cpu_per_page_by_process") or {}).get("taskmanager")
+            lines += ["", "| where the TaskManager's CPU went (metrics `worker_cpu_ms`, `thread_cpu_ms`) | CPU per page "
+                          "| share |", "|---|---|---|"]
+            lines += [f"| {where} | {_ms(cpu)} | {_fmt(cpu / total * 100 if total else None, 0)}% |"
+                      for where, cpu in by_operator]
     plots = result.get("plots") or {}
     if plots:
         lines += [""] + [f"![{name}]({path})" for name, path in plots.items()]
@@ -490,15 +531,28 @@ def flink_extra(stack: Any, job_id: str) -> Callable[[], Extra]:
     counters and the crawl.frontier source's lag (DISCOVERY_LAG), from REST."""
     from crawler.crawl import frontier_metrics
 
+    cpu_ids: dict[str, list[str]] = {}   # vertex id → its CPU metric ids, once they exist (decision 1829)
+
     def read() -> Extra:
         m = frontier_metrics(stack, job_id)
         queue = m["admitted"] + m.get("requeued", 0.0) - m.get("released", 0.0) if "admitted" in m else None
         busy: dict[str, float] = {}
         for vertex in (stack.flink.rest(f"/jobs/{job_id}") or {}).get("vertices", []):
             base = f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics"
-            for metric in stack.flink.rest(f"{base}?get=busyTimeMsPerSecond&agg=sum") or []:
-                if metric.get("id") == "busyTimeMsPerSecond" and metric.get("sum") is not None:
-                    busy[vertex["name"][:80]] = float(metric["sum"])
+            name = vertex["name"][:80]
+            if not cpu_ids.get(vertex["id"]):   # Python metrics appear at an operator's first bundle or event
+                cpu_ids[vertex["id"]] = [x["id"] for x in stack.flink.rest(base) or []
+                                         if x["id"].rsplit(".", 1)[-1] in CPU_METRICS]
+            for metric in stack.flink.rest(f"{base}?get={','.join(['busyTimeMsPerSecond', *cpu_ids[vertex['id']]])}"
+                                           "&agg=sum") or []:
+                if metric.get("sum") is None:
+                    continue
+                if metric.get("id") == "busyTimeMsPerSecond":
+                    busy[name] = float(metric["sum"])
+                elif metric["id"].endswith(".worker_pid"):
+                    m[PID_KEY + name] = float(metric["sum"])
+                else:   # two operators of one chain report the same worker or task thread: the larger
+                    m[CPU_KEY + name] = max(m.get(CPU_KEY + name, 0.0), float(metric["sum"]))
             if vertex["name"].startswith("Source: crawl.frontier"):
                 names = [x["id"] for x in stack.flink.rest(base) or [] if x["id"].endswith(".pendingRecords")]
                 for metric in (stack.flink.rest(f"{base}?get={','.join(names)}&agg=sum") or []) if names else []:
@@ -747,6 +801,7 @@ def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, m
         "violations": violation_counts(violations), "violations_total": len(violations),
         "violation_examples": [f"{v.kind.value} {v.host}{v.path}: {v.detail}" for v in violations[:5]],
         "busy_ms_per_s": mean_busy(run.samples, window),
+        "cpu_by_operator": cpu_by_operator(run.samples, ends, window),
         "lease_budget": lease_budget(run.samples, window),
         "discovery_lag": discovery_lag(run.samples, window),
         "throughput_series": rate_series(ends, first, first + spec.seconds, max(spec.sample_every_s, 5.0)),

@@ -17,6 +17,7 @@ The keyed operators run in `thread` mode (decision 1303); `add_dedup` switches m
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, NotRequired, TypedDict
 
@@ -25,6 +26,8 @@ from pyflink.datastream import DataStream
 from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
+from operators.cpu import thread_cpu_level
+from operators.levels import Levels
 from operators.parse import ParsedBundle, payload_digest, payload_length
 from udfs.dedup import (DedupPolicy, DedupVerdict, OwnerRow, better, closest, decide_exact, decode_band, decode_owner,
                         encode_band, encode_owner, exact_candidate, insert, probe_keys, response_record_id,
@@ -111,6 +114,7 @@ class ExactDedupFunction(KeyedProcessFunction):
         self._policy = policy
         self._owner: Any = None
         self._counters: dict[str, Any] = {}
+        self._cpu: Levels | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         # The expiry check is explicit (udfs.dedup.decide_exact); a timer at the row's expiry reclaims
@@ -120,8 +124,11 @@ class ExactDedupFunction(KeyedProcessFunction):
         self._owner = runtime_context.get_state(ValueStateDescriptor("owner", Types.STRING()))
         group = runtime_context.get_metrics_group().add_group("dedup")
         self._counters = {name: group.counter(name) for name in ("exact_duplicates", "unchanged", "unique")}
+        self._cpu = thread_cpu_level(group)
 
     def process_element(self, value: Probe, ctx: KeyedProcessFunction.Context) -> Iterator[Probe]:
+        if self._cpu is not None:
+            self._cpu.refresh(time.monotonic())
         capture = value["owner"]
         if capture is None:
             value["dedup"] = unique_verdict(None)   # e.g. a truncated page: probed for near-duplicates only
@@ -160,14 +167,18 @@ class BandFunction(KeyedProcessFunction):
         self._last = last
         self._band: Any = None
         self._counters: dict[str, Any] = {}
+        self._cpu: Levels | None = None
 
     def open(self, runtime_context: RuntimeContext) -> None:
         self._band = runtime_context.get_state(ValueStateDescriptor("band", Types.STRING()))
         group = runtime_context.get_metrics_group().add_group("dedup")
         names = ("probes", "band_evictions") + (("near_duplicates", "unique") if self._last else ())
         self._counters = {name: group.counter(name) for name in names}
+        self._cpu = thread_cpu_level(group)
 
     def process_element(self, value: Probe, ctx: KeyedProcessFunction.Context) -> Iterator[Probe]:
+        if self._cpu is not None:
+            self._cpu.refresh(time.monotonic())
         simhash, verdict = value["simhash"], value["dedup"]
         assert simhash is not None
         url, fp, host = value["url"], value["url_fp"], value["host"]

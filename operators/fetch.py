@@ -33,6 +33,7 @@ from pyflink.common import Types
 from pyflink.datastream import DataStream, KeyedProcessFunction
 from pyflink.datastream.functions import RuntimeContext
 
+from operators.cpu import register_worker_cpu
 from operators.dedup import BUNDLE_TYPE, Probe, add_dedup, join_key
 from operators.fetch_loop import GATE_COUNTS, FetchLoop
 from operators.modes import set_python_mode
@@ -370,7 +371,9 @@ class FetchFunction(KeyedProcessFunction):
         self._poll_at = 0
         if runtime_context is not None:  # None: driven directly, outside Flink (tests)
             metrics = runtime_context.get_metrics_group()
-            _FetchMetrics(metrics.add_group("fetch"), self._tally, fetcher.resolver, self._loop.occupancy)
+            fetch_group = metrics.add_group("fetch")
+            _FetchMetrics(fetch_group, self._tally, fetcher.resolver, self._loop.occupancy)
+            register_worker_cpu(fetch_group)
             _GateMetrics(metrics.add_group("ipgate"), self._loop)
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ from pyflink.datastream.functions import KeyedBroadcastProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from operators.census import CENSUS_TAG
+from operators.cpu import THREAD_CPU, thread_cpu_ms
 from operators.levels import Levels
 from operators.resolver import load_pins
 from udfs import frontier_logic as fl
@@ -839,11 +840,13 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                 return int(seen.fill_ratio * 1_000_000) if seen is not None else 0
             if name in BUDGET_GAUGES:
                 return budget_level(budget, name)
+            if name == THREAD_CPU:
+                return thread_cpu_ms()
             return gauges.value(name, time.time())
 
         # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager (decision 1606).
         self.levels = Levels(group, GAUGES + (("bloom_fill_ratio_ppm",) if seen is not None else ())
-                             + (BUDGET_GAUGES if budget is not None else ()), level)
+                             + (BUDGET_GAUGES if budget is not None else ()) + (THREAD_CPU,), level)
         # One parse per distinct robots.txt body, shared by the hosts that serve it (decision 1613).
         parse_rules = RulesByBody(functools.partial(parse_robots, policy=self.robots_policy))
         self.frontier = HostFrontier(host_row, robots_body, slots, urls, self.count, parse_rules,

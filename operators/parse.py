@@ -16,6 +16,8 @@ from collections.abc import Iterator
 
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
+from operators.cpu import register_worker_cpu
+
 from udfs.dedup import DedupVerdict
 from udfs.fetch_status import (header_value, is_archived, is_complete_page, is_not_modified, retry_after_seconds,
                                warc_http_version)
@@ -267,6 +269,7 @@ class ParseFunction(FlatMapFunction):
         # Read once per bundle (PyFlink reads gauges at each bundle's end): one sort per read.
         group.gauge("latency_p50_us", functools.partial(self._percentile_us, 0.5))
         group.gauge("latency_p95_us", functools.partial(self._percentile_us, 0.95))
+        register_worker_cpu(group)
 
     def _percentile_us(self, quantile: float) -> int:
         return micros(self._latency.percentiles(quantile)[0])

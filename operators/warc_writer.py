@@ -43,6 +43,7 @@ from pyflink.common import Types
 from pyflink.datastream.functions import KeyedCoProcessFunction, RuntimeContext
 
 from crawler.durable import fsync_path
+from operators.cpu import register_worker_cpu
 from operators.dedup import Probe, join_key, needs_dedup, unpaired_verdict
 from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle, payload_length
@@ -771,6 +772,7 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         self._join_counted = (0, 0)
         group.gauge("held_captures", lambda: self._archiver.held_captures if self._archiver else 0)
         group.gauge("awaiting_verdicts", lambda: self._join.waiting)
+        register_worker_cpu(group)
         fetch_group = runtime_context.get_metrics_group().add_group("fetch")
         self._counters.update({status.value: fetch_group.counter(status.value) for status in FetchStatus})
 

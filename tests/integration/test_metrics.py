@@ -64,6 +64,9 @@ PRESENT = (
     "dedup.exact_duplicates", "dedup.near_duplicates", "dedup.unchanged", "frontier.recrawl_unchanged",
     *(f"frontier.{name}" for name in TRAP_METRICS),
 )
+# CPU per stage (operators/cpu.py, decision 1829): the Python workers' processes and the task threads.
+WORKER_CPU = ("fetch.worker_cpu_ms", "parse.worker_cpu_ms", "warc.worker_cpu_ms")
+THREAD_CPU = ("frontier.thread_cpu_ms", "dedup.thread_cpu_ms")
 # The frontier's gauges (operators/frontier.py, added for issue #7 by its owner).
 FRONTIER_GAUGES = (*(f"frontier.queue_depth_p{p}" for p in range(10)), "frontier.hosts_with_queue",
                    "frontier.oldest_due_age_s", "frontier.leases_out", "frontier.leases_cap",
@@ -174,6 +177,19 @@ def test_frontier_gauges_are_present_and_not_negative(metrics_run, name):
     value = metrics_run["last"].get(name)
     assert value is not None, f"{name} missing"
     assert value >= 0
+
+
+@pytest.mark.parametrize("name", WORKER_CPU + THREAD_CPU)
+def test_cpu_metrics_have_moved(metrics_run, name):
+    assert metrics_run["last"].get(name, 0) > 0, f"{name} never moved: {sorted(metrics_run['last'])}"
+
+
+def test_worker_pids_name_running_processes(metrics_run):
+    last = metrics_run["last"]
+    pids = {group: int(last.get(f"{group}.worker_pid", 0)) for group in ("fetch", "parse", "warc")}
+    # (a MiniCluster runs its Python operators in the client's own process, loopback mode: one pid here;
+    # a session cluster gives parse and the writer workers of their own, decisions 1617, 1824)
+    assert all(pid > 0 and Path(f"/proc/{pid}").exists() for pid in pids.values()), pids
 
 
 def test_hosts_had_queues_at_some_point(metrics_run):

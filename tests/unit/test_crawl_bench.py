@@ -347,3 +347,35 @@ def test_markdown_reports_the_lag_and_the_urls_judged_per_page_when_the_run_meas
     result["crawlers"]["ours"]["discovery_lag"]["judged_per_s"] = 1_500.0
     md = cb.render_markdown(result)
     assert "the frontier judged 1,500 URLs a second in the window (admitted or dropped; 15.0 per fetched page)" in md
+
+
+def _cpu_sample(at: float, taskmanager: float, parse: float, fetch: float, frontier: float) -> cb.Sample:
+    counters = {cb.CPU_KEY + "parse": parse, cb.PID_KEY + "parse": 41.0,
+                cb.CPU_KEY + "dedup probe": parse, cb.PID_KEY + "dedup probe": 41.0,   # the same worker
+                cb.CPU_KEY + "fetch": fetch, cb.PID_KEY + "fetch": 42.0,
+                cb.CPU_KEY + "frontier": frontier}                                     # a task thread: no pid
+    return cb.Sample(at, {"taskmanager": taskmanager}, counters=counters)
+
+
+def test_cpu_by_operator_takes_each_source_once_per_page_largest_first_and_the_rest_of_the_taskmanager() -> None:
+    samples = [_cpu_sample(5.0, 0.0, 0.0, 0.0, 0.0), _cpu_sample(10.0, 10.0, 1_000.0, 500.0, 3_000.0),
+               _cpu_sample(20.0, 30.0, 9_000.0, 2_500.0, 7_000.0), cb.Sample(30.0, {"taskmanager": 99.0})]
+    ends = [10.0 + i * 0.1 for i in range(100)]   # 100 pages end between the two samples in the window
+    rows = cb.cpu_by_operator(samples, ends, cb.Window(8.0, 25.0))
+    assert [where for where, _ in rows[:3]] == ["parse + dedup probe", "frontier", "fetch"]
+    assert [cpu for _, cpu in rows] == pytest.approx([0.08, 0.04, 0.02, 20.0 / 100 - 0.14])
+    assert rows[-1][0].startswith("rest of the taskmanager")
+
+
+def test_cpu_by_operator_is_empty_without_two_samples_that_carry_cpu_metrics_or_pages() -> None:
+    samples = [_cpu_sample(10.0, 1.0, 1.0, 1.0, 1.0), cb.Sample(20.0, {"taskmanager": 2.0})]
+    assert cb.cpu_by_operator(samples, [15.0], cb.Window(5.0, 25.0)) == []
+    assert cb.cpu_by_operator(samples + [_cpu_sample(30.0, 3.0, 5.0, 5.0, 5.0)], [], cb.Window(5.0, 35.0)) == []
+
+
+def test_markdown_shows_where_the_taskmanagers_cpu_went_when_the_run_measured_it() -> None:
+    result = copy.deepcopy(RESULT)
+    assert "where the TaskManager's CPU went" not in cb.render_markdown(result)   # an older result
+    result["crawlers"]["ours"]["cpu_by_operator"] = [["parse", 0.001], ["rest of the taskmanager", 0.0005]]
+    md = cb.render_markdown(result)
+    assert "| parse | 1.00 ms | 50% |" in md and "| rest of the taskmanager | 0.50 ms | 25% |" in md

@@ -1,0 +1,46 @@
+"""CPU time as operator metrics: which stage of the job uses the machine (issue #8, decision 1829).
+
+Flink's busy time says how long a task was not idle, not what it cost: a task waiting on its Python
+worker is busy. These metrics are CPU seconds, read where they are spent:
+
+- A process-mode operator (fetch, parse, the WARC writer) runs in a Python worker process that every
+  Python operator of its slot group shares; it reports that process's CPU, all threads (the bundle
+  thread, gRPC, the fetcher's event loop), as `worker_cpu_ms`, and the process id as `worker_pid`, so
+  that two operators in one worker are counted once.
+- A thread-mode operator (the frontier, the dedup steps) runs on its task's thread in the TaskManager;
+  it reports that thread's CPU (its Python code, the state backend, the record handling of the task) as
+  `thread_cpu_ms`, a counter moved to the level (a Python gauge there would crash the TaskManager,
+  decision 1606).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from operators.levels import Levels
+
+WORKER_CPU = "worker_cpu_ms"
+WORKER_PID = "worker_pid"
+THREAD_CPU = "thread_cpu_ms"
+
+
+def worker_cpu_ms() -> int:
+    """CPU milliseconds (user + system, all threads) this process has used."""
+    return int(time.process_time() * 1000)
+
+
+def thread_cpu_ms() -> int:
+    """CPU milliseconds the calling thread has used."""
+    return int(time.thread_time() * 1000)
+
+
+def register_worker_cpu(group: Any) -> None:
+    """Gauges `worker_cpu_ms` and `worker_pid` of a process-mode operator's Python worker."""
+    group.gauge(WORKER_CPU, worker_cpu_ms)
+    group.gauge(WORKER_PID, os.getpid)
+
+
+def thread_cpu_level(group: Any, every_s: float = 1.0) -> Levels:
+    """The `thread_cpu_ms` counter of a thread-mode operator: call `refresh(now)` from its task thread."""
+    return Levels(group, (THREAD_CPU,), lambda _name: thread_cpu_ms(), every_s)
