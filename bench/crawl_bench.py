@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -196,6 +197,7 @@ class Sample:
     queue: float | None = None
     busy_ms_per_s: Mapping[str, float] = field(default_factory=dict)
     counters: Mapping[str, float] = field(default_factory=dict)   # ours: the frontier's counters and levels
+    threads: Mapping[str, float] = field(default_factory=dict)    # CPU seconds of one process's threads, by name
 
 
 def window_samples(samples: Sequence[Sample], window: Window) -> tuple[Sample, Sample] | None:
@@ -468,6 +470,11 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                           "| share |", "|---|---|---|"]
             lines += [f"| {where} | {_ms(cpu)} | {_fmt(cpu / total * 100 if total else None, 0)}% |"
                       for where, cpu in by_operator]
+        threads = ours.get("taskmanager_threads") or []
+        if threads:   # (results written before #8 step 14 lack it)
+            lines += ["", "| the TaskManager JVM's busiest threads (names as Linux keeps them, numbers folded) "
+                          "| CPU per page |", "|---|---|"]
+            lines += [f"| `{name}` | {_ms(cpu)} |" for name, cpu in threads]
     plots = result.get("plots") or {}
     if plots:
         lines += [""] + [f"![{name}]({path})" for name, path in plots.items()]
@@ -501,23 +508,66 @@ def proc_table() -> dict[int, tuple[int, float]]:
     return out
 
 
+def thread_group(name: str) -> str:
+    """A thread's name with its numbers folded ("grpc-default-worker-ELG-1-3" -> "grpc-default-worker-ELG-#-#"),
+    so that a pool's threads add up under one name."""
+    return re.sub(r"\d+", "#", name)
+
+
+def thread_cpu_by_name(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of the threads of process `pid` so far, summed by `thread_group`
+    of their names (Linux keeps 15 characters of a thread's name); {} when the process is gone."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = collections.defaultdict(float)
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return {}
+    for task in tasks:
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        out[thread_group(name)] += (int(fields[11]) + int(fields[12])) / tick
+    return dict(out)
+
+
+def thread_cpu_per_page(samples: Sequence[Sample], page_ends: Sequence[float], window: Window,
+                        top: int = 12) -> list[tuple[str, float]]:
+    """CPU seconds per page of the `top` busiest thread groups between the window's first and last
+    samples that carry threads (a thread that ended in between is left out)."""
+    inside = [s for s in samples if s.at in window and s.threads]
+    if len(inside) < 2:
+        return []
+    a, b = inside[0], inside[-1]
+    pages = count_in(page_ends, Window(a.at, b.at))
+    if pages == 0:
+        return []
+    rows = [(name, (cpu - a.threads.get(name, 0.0)) / pages) for name, cpu in b.threads.items()]
+    return sorted(rows, key=lambda row: -row[1])[:top]
+
+
 # What a crawler reports at each sample besides CPU: queue depth, busy ms/s per vertex, counters.
 Extra = tuple[float | None, dict[str, float], dict[str, float]]
 
 
 class Sampler:
-    """Takes a `Sample` of named process trees (and whatever `extra` reports) when asked."""
+    """Takes a `Sample` of named process trees (and whatever `extra` reports) when asked; with
+    `threads_of`, also the CPU of that root process's own threads by name."""
 
-    def __init__(self, roots: Mapping[str, int | None], extra: Callable[[], Extra]):
+    def __init__(self, roots: Mapping[str, int | None], extra: Callable[[], Extra], threads_of: str | None = None):
         self.roots = {name: pid for name, pid in roots.items() if pid is not None}
         self.extra = extra
+        self.threads_of = threads_of
         self.samples: list[Sample] = []
 
     def take(self) -> Sample:
         table = proc_table()
         queue, busy, counters = self.extra()
+        pid = self.roots.get(self.threads_of) if self.threads_of else None
         sample = Sample(time.monotonic(), {name: tree_cpu_s(table, pid) for name, pid in self.roots.items()},
-                        queue, busy, counters)
+                        queue, busy, counters, thread_cpu_by_name(pid) if pid is not None else {})
         self.samples.append(sample)
         return sample
 
@@ -687,7 +737,8 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
             kafka_io.produce(stack.kafka.bootstrap, TOPIC_FRONTIER, events)
             progress(f"ours: job {job_id} submitted, {len(events)} seed hosts sent")
             sampler = Sampler({"taskmanager": stack.flink.taskmanager.pid(), "jobmanager": stack.flink.jobmanager.pid(),
-                               "kafka": stack.kafka.pid(), "web server": web.pid}, flink_extra(stack, job_id))
+                               "kafka": stack.kafka.pid(), "web server": web.pid}, flink_extra(stack, job_id),
+                              threads_of="taskmanager")
 
             def alive() -> bool:  # a restarting job is still alive; MAX_STARTUP_S bounds one that never fetches
                 return (stack.flink.rest(f"/jobs/{job_id}") or {}).get("state") not in ("FAILED", "CANCELED", "FINISHED")
@@ -802,6 +853,7 @@ def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, m
         "violation_examples": [f"{v.kind.value} {v.host}{v.path}: {v.detail}" for v in violations[:5]],
         "busy_ms_per_s": mean_busy(run.samples, window),
         "cpu_by_operator": cpu_by_operator(run.samples, ends, window),
+        "taskmanager_threads": thread_cpu_per_page(run.samples, ends, window),
         "lease_budget": lease_budget(run.samples, window),
         "discovery_lag": discovery_lag(run.samples, window),
         "throughput_series": rate_series(ends, first, first + spec.seconds, max(spec.sample_every_s, 5.0)),

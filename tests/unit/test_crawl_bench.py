@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -379,3 +380,32 @@ def test_markdown_shows_where_the_taskmanagers_cpu_went_when_the_run_measured_it
     result["crawlers"]["ours"]["cpu_by_operator"] = [["parse", 0.001], ["rest of the taskmanager", 0.0005]]
     md = cb.render_markdown(result)
     assert "| parse | 1.00 ms | 50% |" in md and "| rest of the taskmanager | 0.50 ms | 25% |" in md
+
+
+def test_thread_groups_fold_the_numbers_of_a_pools_threads() -> None:
+    assert cb.thread_group("grpc-default-worker-ELG-1-3") == "grpc-default-worker-ELG-#-#"
+    assert cb.thread_group("frontier -> (Ma") == "frontier -> (Ma"
+
+
+def test_thread_cpu_by_name_sees_this_processs_threads_and_nothing_of_a_missing_process() -> None:
+    threads = cb.thread_cpu_by_name(os.getpid())
+    assert threads and all(cpu >= 0 for cpu in threads.values())
+    assert cb.thread_cpu_by_name(2**22 + 12345) == {}   # above the kernel's pid limit: no such process
+
+
+def test_thread_cpu_per_page_takes_the_busiest_groups_between_the_samples_in_the_window() -> None:
+    samples = [cb.Sample(10.0, {}, threads={"grpc-#": 1.0, "frontier": 2.0, "GC Thread#": 0.5}),
+               cb.Sample(20.0, {}, threads={"grpc-#": 3.0, "frontier": 7.0, "GC Thread#": 0.6, "new": 0.2}),
+               cb.Sample(30.0, {}, threads={"grpc-#": 99.0})]
+    ends = [10.0 + i * 0.1 for i in range(100)]
+    rows = cb.thread_cpu_per_page(samples, ends, cb.Window(5.0, 25.0), top=3)
+    assert [name for name, _ in rows] == ["frontier", "grpc-#", "new"]
+    assert [cpu for _, cpu in rows] == pytest.approx([0.05, 0.02, 0.002])
+    assert cb.thread_cpu_per_page(samples[:1], ends, cb.Window(5.0, 25.0)) == []
+
+
+def test_markdown_lists_the_taskmanagers_busiest_threads_when_the_run_measured_them() -> None:
+    result = copy.deepcopy(RESULT)
+    result["crawlers"]["ours"]["taskmanager_threads"] = [["grpc-default-worker-ELG-#-#", 0.00066]]
+    md = cb.render_markdown(result)
+    assert "| `grpc-default-worker-ELG-#-#` | 0.66 ms |" in md
