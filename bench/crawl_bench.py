@@ -200,25 +200,26 @@ class Sample:
     threads: Mapping[str, float] = field(default_factory=dict)    # CPU seconds of one process's threads, by name
 
 
-def window_samples(samples: Sequence[Sample], window: Window) -> tuple[Sample, Sample] | None:
-    """The first and last samples inside the window (CPU is measured between them); None if under two."""
-    inside = [s for s in samples if s.at in window]
-    return (inside[0], inside[-1]) if len(inside) >= 2 else None
+def window_span(samples: Sequence[Sample], page_ends: Sequence[float], window: Window,
+                carries: Callable[[Sample], bool] = lambda sample: True) -> tuple[Sample, Sample, int] | None:
+    """The first and last samples inside the window that `carries` what is measured, and the pages whose
+    request ended between them, so that CPU and pages cover the same span; None when there are fewer
+    than two such samples or no page in between."""
+    inside = [s for s in samples if s.at in window and carries(s)]
+    if len(inside) < 2:
+        return None
+    a, b = inside[0], inside[-1]
+    pages = count_in(page_ends, Window(a.at, b.at))
+    return (a, b, pages) if pages else None
 
 
 def cpu_per_page(samples: Sequence[Sample], page_ends: Sequence[float], window: Window) -> dict[str, float] | None:
-    """CPU seconds per page for each process group, between the window's first and last samples.
-
-    Pages are those whose request ended between the same two samples, so CPU and pages cover the
-    same span. None when there are fewer than two samples in the window or no page in between.
-    """
-    pair = window_samples(samples, window)
-    if pair is None:
+    """CPU seconds per page for each process group, between the window's first and last samples
+    (`window_span`); None without two samples in the window or a page between them."""
+    span = window_span(samples, page_ends, window)
+    if span is None:
         return None
-    a, b = pair
-    pages = count_in(page_ends, Window(a.at, b.at))
-    if pages == 0:
-        return None
+    a, b, pages = span
     return {group: (b.cpu_s.get(group, 0.0) - a.cpu_s.get(group, 0.0)) / pages for group in b.cpu_s}
 
 
@@ -274,13 +275,10 @@ def cpu_by_operator(samples: Sequence[Sample], page_ends: Sequence[float], windo
     task thread), between the window's first and last samples that carry them, the largest first; a
     worker that several vertices report (the same pid) counts once, under their names joined. Last, the
     rest of the `whole` process tree (its JVM's other threads) when the samples measured it."""
-    inside = [s for s in samples if s.at in window and any(k.startswith(CPU_KEY) for k in s.counters)]
-    if len(inside) < 2:
+    span = window_span(samples, page_ends, window, lambda s: any(k.startswith(CPU_KEY) for k in s.counters))
+    if span is None:
         return []
-    a, b = inside[0], inside[-1]
-    pages = count_in(page_ends, Window(a.at, b.at))
-    if pages == 0:
-        return []
+    a, b, pages = span
     by_source: dict[Any, tuple[list[str], float]] = {}
     for key, end in b.counters.items():
         if not key.startswith(CPU_KEY) or key not in a.counters:
@@ -537,13 +535,10 @@ def thread_cpu_per_page(samples: Sequence[Sample], page_ends: Sequence[float], w
                         top: int = 12) -> list[tuple[str, float]]:
     """CPU seconds per page of the `top` busiest thread groups between the window's first and last
     samples that carry threads (a thread that ended in between is left out)."""
-    inside = [s for s in samples if s.at in window and s.threads]
-    if len(inside) < 2:
+    span = window_span(samples, page_ends, window, lambda s: bool(s.threads))
+    if span is None:
         return []
-    a, b = inside[0], inside[-1]
-    pages = count_in(page_ends, Window(a.at, b.at))
-    if pages == 0:
-        return []
+    a, b, pages = span
     rows = [(name, (cpu - a.threads.get(name, 0.0)) / pages) for name, cpu in b.threads.items()]
     return sorted(rows, key=lambda row: -row[1])[:top]
 
