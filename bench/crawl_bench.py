@@ -571,12 +571,40 @@ class Sampler:
 DISCOVERY_LAG = "discoveries_pending"
 
 
+class VertexMetricIds:
+    """The metric ids of a vertex that a sample asks for, listed from REST once and again at most every
+    `relist_s` while none match (an operator's Python metrics appear at its first bundle or event), so a
+    sample costs one REST call per vertex, not two."""
+
+    def __init__(self, listing: Callable[[str], list[str]], relist_s: float = 20.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self._listing = listing
+        self._relist_s = relist_s
+        self._clock = clock
+        self._listed: dict[str, tuple[float, list[str]]] = {}   # metrics path → (when listed, ids)
+
+    def matching(self, base: str, wanted: Callable[[str], bool]) -> list[str]:
+        """The ids under `base` for which `wanted` is true, from the last listing unless it had none
+        and is `relist_s` old."""
+        listed = self._listed.get(base)
+        found = [i for i in listed[1] if wanted(i)] if listed else []
+        if not found and (listed is None or self._clock() - listed[0] >= self._relist_s):
+            ids = self._listing(base)
+            self._listed[base] = (self._clock(), ids)
+            found = [i for i in ids if wanted(i)]
+        return found
+
+
+def _is_cpu_metric(metric_id: str) -> bool:
+    return metric_id.rsplit(".", 1)[-1] in CPU_METRICS
+
+
 def flink_extra(stack: Any, job_id: str) -> Callable[[], Extra]:
     """Frontier queue (admitted + requeued − released), busyTimeMsPerSecond per vertex, the frontier's
     counters and the crawl.frontier source's lag (DISCOVERY_LAG), from REST."""
     from crawler.crawl import frontier_metrics
 
-    cpu_ids: dict[str, list[str]] = {}   # vertex id → its CPU metric ids, once they exist (decision 1829)
+    ids = VertexMetricIds(lambda base: [x["id"] for x in stack.flink.rest(base) or []])
 
     def read() -> Extra:
         m = frontier_metrics(stack, job_id)
@@ -585,10 +613,8 @@ def flink_extra(stack: Any, job_id: str) -> Callable[[], Extra]:
         for vertex in (stack.flink.rest(f"/jobs/{job_id}") or {}).get("vertices", []):
             base = f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics"
             name = vertex["name"][:80]
-            if not cpu_ids.get(vertex["id"]):   # Python metrics appear at an operator's first bundle or event
-                cpu_ids[vertex["id"]] = [x["id"] for x in stack.flink.rest(base) or []
-                                         if x["id"].rsplit(".", 1)[-1] in CPU_METRICS]
-            for metric in stack.flink.rest(f"{base}?get={','.join(['busyTimeMsPerSecond', *cpu_ids[vertex['id']]])}"
+            cpu_ids = ids.matching(base, _is_cpu_metric)   # the CPU of each stage (decision 1829)
+            for metric in stack.flink.rest(f"{base}?get={','.join(['busyTimeMsPerSecond', *cpu_ids])}"
                                            "&agg=sum") or []:
                 if metric.get("sum") is None:
                     continue
@@ -599,7 +625,7 @@ def flink_extra(stack: Any, job_id: str) -> Callable[[], Extra]:
                 else:   # two operators of one chain report the same worker or task thread: the larger
                     m[CPU_KEY + name] = max(m.get(CPU_KEY + name, 0.0), float(metric["sum"]))
             if vertex["name"].startswith("Source: crawl.frontier"):
-                names = [x["id"] for x in stack.flink.rest(base) or [] if x["id"].endswith(".pendingRecords")]
+                names = ids.matching(base, lambda metric_id: metric_id.endswith(".pendingRecords"))
                 for metric in (stack.flink.rest(f"{base}?get={','.join(names)}&agg=sum") or []) if names else []:
                     if metric.get("sum") is not None:
                         m[DISCOVERY_LAG] = float(metric["sum"])

@@ -176,6 +176,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                           discovery=config.discovery, optout=config.optout, gate=config.ipgate,
                           soft404=soft404,
                           writer_slot_group=job.writer_slot_group, parse_slot_group=job.parse_slot_group,
+                          parse_parallelism=job.parse_width,
                           sitemaps=config.sitemaps)
     set_python_mode(env, "thread")
 

@@ -202,18 +202,22 @@ def _band_key(index: int, policy: DedupPolicy) -> Callable[[Probe], int]:
 
 
 def add_dedup(parsed: DataStream, policy: DedupPolicy, warc_policy: WarcPolicy,
-              set_mode: Callable[[str], None]) -> DataStream:
+              set_mode: Callable[[str], None], parse_parallelism: int | None = None) -> DataStream:
     """The dedup verdicts of a stream of ParsedBundles: one judged `Probe` per bundle that
     `needs_dedup`, to be paired with its bundle by `join_key` (decisions 1300-1303, 1616).
 
     Call with `process` mode in force (the probe map fuses into parse); the keyed operators are
-    added in `thread` mode through `set_mode`, and `thread` is left in force on return.
+    added in `thread` mode through `set_mode`, and `thread` is left in force on return. Give
+    `parse_parallelism` when parse's differs from the environment's: the probe map then runs beside
+    each parse subtask rather than behind a shuffle of whole pages.
     """
     def probes_of(bundle: ParsedBundle) -> list[Probe]:
         probe = probe_of(bundle, policy, warc_policy)
         return [probe] if probe is not None else []
 
     probes = parsed.flat_map(probes_of, output_type=BUNDLE_TYPE).uid("dedup-probe").name("dedup probe")
+    if parse_parallelism is not None:
+        probes = probes.set_parallelism(parse_parallelism)
     # key_by adds a Python key-extracting map: it is added in the mode of the map it fuses with.
     by_payload = probes.key_by(lambda p: p["content_hash"], key_type=Types.STRING())
     set_mode("thread")

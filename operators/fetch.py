@@ -514,6 +514,7 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
                 writer_slot_group: str = "",
                 soft404: Soft404Policy | None = None,
                 parse_slot_group: str = "",
+                parse_parallelism: int | None = None,
                 sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> DataStream:
     """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
 
@@ -525,7 +526,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
     the job-level mode they need, is in force on return. With a `soft404` policy, parse compares each
     page that carries its host's probe answer with it (decision 1803); None: no checks. `sitemaps`
-    limits how parse reads the answers of sitemap leases (decision 1812).
+    limits how parse reads the answers of sitemap leases (decision 1812). `parse_parallelism` (None:
+    the environment's) sets how many parse subtasks the fetchers' pages are spread over (decision 1830).
     """
     # A new uid with decision 1612: the async operator it replaces ("fetch") and the IP gate before it
     # ("ip-gate") are gone, so a savepoint from before restores with --allowNonRestoredState.
@@ -545,16 +547,20 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
              .uid("parse").name("parse"))
     if parse_slot_group:
         pages = pages.slot_sharing_group(parse_slot_group)   # its own Python worker (decision 1808)
+    if parse_parallelism is not None:
+        pages = pages.set_parallelism(parse_parallelism)      # a worker per subtask (decision 1830)
     set_mode = functools.partial(set_python_mode, requests.get_execution_environment())
     # The page goes to the writer directly; dedup sees a small probe of it, and the writer pairs the
     # verdict with the page by join key (decision 1616).
     if dedup.enabled:
         # The verdicts' key map is added in thread mode, to fuse with the last band operator.
-        verdicts = add_dedup(pages, dedup, warc_policy, set_mode).key_by(_verdict_key, key_type=Types.STRING())
+        verdicts = add_dedup(pages, dedup, warc_policy, set_mode, parse_parallelism).key_by(_verdict_key, key_type=Types.STRING())
         set_mode("process")   # the writer keeps the mode it always had
     else:
-        verdicts = (pages.flat_map(lambda b: [], output_type=BUNDLE_TYPE).uid("no-dedup").name("no dedup")
-                    .key_by(_verdict_key, key_type=Types.STRING()))
+        none = pages.flat_map(lambda b: [], output_type=BUNDLE_TYPE).uid("no-dedup").name("no dedup")
+        if parse_parallelism is not None:
+            none = none.set_parallelism(parse_parallelism)
+        verdicts = none.key_by(_verdict_key, key_type=Types.STRING())
     writer = WarcWriterFunction(warc_root, warc_settings, warc_policy, storage=storage, discovery=discovery,
                                 dedup=dedup if dedup.enabled else None)
     # A new uid with decision 1616: the writer became keyed (by join key) with a second input.

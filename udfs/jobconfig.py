@@ -35,23 +35,39 @@ class JobPolicy:
     # travel to the writer packed); the job then takes `parallelism` more slots. Empty (or "default"):
     # parse runs in the fetcher's worker; "writer": beside the WARC writers, in their slots.
     parse_slot_group: str = "parse"
+    # Parallel parse subtasks, each a Python worker of its own in parse's slot sharing group (the dedup
+    # probe runs beside each). Parse is the busiest Python worker (#8 step 15): a second one lets it use
+    # the CPU the other stages leave idle. Pages reach them round-robin from the fetchers. Unset: `parallelism`.
+    parse_parallelism: int | None = None
     # Processing bundles of the Python workers: small bundles keep timers and checkpoints prompt.
     bundle_time_ms: int = 100
     bundle_size: int = 100
 
     @property
     def slots(self) -> int:
-        """Task slots the job takes: its widest operator's, plus the writers' and parse's own groups
-        (decisions 1617, 1808), counted once when they are one group."""
-        own_groups = len({group for group in (self.writer_slot_group, self.parse_slot_group)
-                          if group not in ("", "default")})
-        return max(self.parallelism, self.fetch_parallelism) + own_groups * self.parallelism
+        """Task slots the job takes: the widest operator of each slot sharing group, summed (the
+        writers' and parse's own groups, decisions 1617, 1808; one group counted once)."""
+        widest: dict[str, int] = {}
+        for group, width in (("", max(self.parallelism, self.fetch_parallelism)),
+                             (self.writer_slot_group, self.parallelism),
+                             (self.parse_slot_group, self.parse_width)):
+            group = "" if group == "default" else group
+            widest[group] = max(widest.get(group, 0), width)
+        return sum(widest.values())
+
+    @property
+    def parse_width(self) -> int:
+        """Parse's parallelism: `parse_parallelism`, or the job's when unset."""
+        return self.parallelism if self.parse_parallelism is None else self.parse_parallelism
 
     def __post_init__(self) -> None:
         for name in ("parallelism", "max_parallelism", "checkpoint_interval_ms", "fetch_capacity",
                      "fetch_parallelism", "bundle_time_ms", "bundle_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.parse_parallelism is not None and self.parse_parallelism < 1:
+            raise ValueError(f"parse_parallelism must be at least 1 (or unset: the job's parallelism), "
+                             f"got {self.parse_parallelism}")
         if self.parallelism > self.max_parallelism:
             raise ValueError(f"parallelism {self.parallelism} exceeds max_parallelism {self.max_parallelism}")
         if not self.warc_root:

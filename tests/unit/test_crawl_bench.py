@@ -409,3 +409,29 @@ def test_markdown_lists_the_taskmanagers_busiest_threads_when_the_run_measured_t
     result["crawlers"]["ours"]["taskmanager_threads"] = [["grpc-default-worker-ELG-#-#", 0.00066]]
     md = cb.render_markdown(result)
     assert "| `grpc-default-worker-ELG-#-#` | 0.66 ms |" in md
+
+
+def test_vertex_metric_ids_are_listed_once_when_they_exist() -> None:
+    listings: list[str] = []
+    ids = cb.VertexMetricIds(lambda base: listings.append(base) or ["0.parse.worker_cpu_ms", "0.numRecordsIn"],
+                          clock=lambda: 0.0)
+    for _ in range(5):
+        assert ids.matching("/v1", lambda i: i.endswith("worker_cpu_ms")) == ["0.parse.worker_cpu_ms"]
+    assert listings == ["/v1"]
+
+
+def test_vertex_metric_ids_missing_are_listed_again_only_after_the_interval() -> None:
+    now = [0.0]
+    listings: list[float] = []
+    published = [["0.numRecordsIn"]]
+    ids = cb.VertexMetricIds(lambda base: listings.append(now[0]) or published[0], relist_s=20.0, clock=lambda: now[0])
+    wanted = lambda i: i.endswith("thread_cpu_ms")   # noqa: E731
+    for t in (0.0, 5.0, 10.0, 15.0):
+        now[0] = t
+        assert ids.matching("/v1", wanted) == []
+    published[0] = ["0.numRecordsIn", "0.frontier.thread_cpu_ms"]   # the operator's first event
+    now[0] = 20.0
+    assert ids.matching("/v1", wanted) == ["0.frontier.thread_cpu_ms"]
+    now[0] = 100.0
+    assert ids.matching("/v1", wanted) == ["0.frontier.thread_cpu_ms"]
+    assert listings == [0.0, 20.0]

@@ -96,3 +96,12 @@ def test_the_writers_and_parses_own_slot_sharing_groups_add_a_slot_per_subtask_u
     assert JobPolicy(parallelism=2, writer_slot_group="", parse_slot_group="parse").slots == 4
     assert JobPolicy(parallelism=2, writer_slot_group="", parse_slot_group="").slots == 2
     assert JobPolicy(parallelism=2, writer_slot_group="default", parse_slot_group="default").slots == 2
+
+
+def test_parse_parallelism_sets_the_width_of_parses_slot_sharing_group() -> None:
+    assert JobPolicy().parse_width == 1 and JobPolicy(parallelism=3).parse_width == 3   # unset: the job's
+    assert JobPolicy(parse_parallelism=2).slots == 4                 # fetcher + writer + two parse workers
+    assert JobPolicy(parse_parallelism=2, parse_slot_group="").slots == 3     # the default group's widest
+    assert JobPolicy(parse_parallelism=3, parse_slot_group="writer").slots == 4
+    with pytest.raises(ValueError, match="parse_parallelism must be at least 1"):
+        JobPolicy(parse_parallelism=0)
