@@ -1,0 +1,45 @@
+"""The crawl job's graph as PyFlink builds it (no job runs): which operators run at which width, and
+which edges shuffle records."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from pyflink.datastream import StreamExecutionEnvironment
+
+from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
+from udfs.config import load_config
+
+
+def _plan(tmp_path: Path, connector_jar: Path, *settings: str) -> list[dict[str, Any]]:
+    config = load_config("", [f'job.warc_root="{tmp_path / "warc"}"', *settings])
+    env = StreamExecutionEnvironment.get_execution_environment()
+    configure_env(env, config, sys.executable)
+    env.add_jars(connector_jar.as_uri())
+    # Port 9 (discard): nothing connects while the graph is only built.
+    build_pipeline(env, kafka_source("127.0.0.1:9", "graph-test"), kafka_sinks("127.0.0.1:9"), config)
+    return json.loads(env.get_execution_plan())["nodes"]
+
+
+def _named(nodes: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    found = [node for node in nodes if node["contents"].split(",")[0] == name]
+    assert len(found) == 1, [node["contents"] for node in nodes]
+    return found[0]
+
+
+def test_parse_parallelism_widens_parse_and_its_probe_with_no_shuffle_between(tmp_path: Path,
+                                                                             flink_connector_jar: Path) -> None:
+    nodes = _plan(tmp_path, flink_connector_jar, "job.parse_parallelism=2")
+    by_id = {node["id"]: node for node in nodes}
+    parse, probe = _named(nodes, "parse"), _named(nodes, "dedup probe")
+    assert parse["parallelism"] == 2 and probe["parallelism"] == 2
+    assert [(by_id[edge["id"]]["contents"].split(",")[0], edge["ship_strategy"]) for edge in probe["predecessors"]] \
+        == [("parse", "FORWARD")]
+    assert _named(nodes, "frontier")["parallelism"] == 1 and _named(nodes, "warc writer")["parallelism"] == 1
+
+
+def test_parse_runs_at_the_jobs_parallelism_by_default(tmp_path: Path, flink_connector_jar: Path) -> None:
+    nodes = _plan(tmp_path, flink_connector_jar)
+    assert _named(nodes, "parse")["parallelism"] == 1 and _named(nodes, "dedup probe")["parallelism"] == 1
