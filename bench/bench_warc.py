@@ -7,7 +7,7 @@ the design brief's average size (80 KB), and the gzip ratio per level. Then, on 
 webdata, zlib-ng (what the crawler uses, decision 1822) against the standard library's zlib, side
 by side: gzip of each page's response record, and inflating the page as a server sent it gzipped;
 and the response block packed where the page is parsed against the writer gzipping the whole record
-(decision 1823).
+(decision 1823), deflated by libdeflate (decision 1831) against a zlib-ng stream.
 """
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ import statistics
 import time
 import zlib
 from datetime import datetime, timezone
+
+import deflate as libdeflate
+from zlib_ng import zlib_ng
 
 from bench.bench_extract import load
 from udfs.fetch_status import CappedDecoder
@@ -113,6 +116,18 @@ def compare_packed(builder: WarcBuilder, headers: list[tuple[str, str]], pages: 
     print(f"level 6, packed in parse (decision 1823): pack {pack_ms:.2f} ms (digests included) + writer "
           f"{join_ms:.3f} ms, {joined_out / whole_out - 1:+.2%} bytes | writer alone {whole_ms:.2f} ms; "
           f"packed block {sum(len(b.deflated) for b in packed) / raw:.3f} of the records' bytes")
+    blocks = [block.inflate() for block in packed]
+    size = sum(map(len, blocks))
+    for level in (5, 6):
+        lib_ms, lib_out = cpu_ms_each(blocks, lambda block: libdeflate.deflate_compress(block, level))
+        ng_ms, ng_out = cpu_ms_each(blocks, lambda block: _zlib_ng_raw(block, level))
+        print(f"deflate a response block at level {level}: libdeflate (pack, decision 1831) {lib_ms:.2f} ms ratio "
+              f"{lib_out / size:.4f} | zlib-ng stream {ng_ms:.2f} ms ratio {ng_out / size:.4f}")
+
+
+def _zlib_ng_raw(block: bytes, level: int) -> bytes:
+    compressor = zlib_ng.compressobj(level, zlib_ng.DEFLATED, -zlib_ng.MAX_WBITS)
+    return compressor.compress(block) + compressor.flush()
 
 
 def cpu_ms_each(items: list, fn) -> tuple[float, int]:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
+import deflate as libdeflate
 from zlib_ng import gzip_ng, zlib_ng
 
 from udfs.urls import DEFAULT_PORTS
@@ -377,10 +378,10 @@ class WarcBuilder:
         algorithm = self.policy.digest_algorithm
         block_hash = hashlib.new(algorithm, head)
         block_hash.update(body)
-        compressor = zlib_ng.compressobj(self.policy.gzip_level, zlib_ng.DEFLATED, -zlib_ng.MAX_WBITS)
-        deflated = b"".join((compressor.compress(head), compressor.compress(body), compressor.compress(RECORD_END),
-                             compressor.flush()))
-        return PackedBlock(deflated=deflated, crc=zlib_ng.crc32(RECORD_END, zlib_ng.crc32(body, zlib_ng.crc32(head))),
+        block = b"".join((head, body, RECORD_END))
+        # libdeflate: one call over the whole block, smaller and faster than a zlib stream at the same
+        # level (decision 1831); the block ends the member, so its final deflate block ends the stream.
+        return PackedBlock(deflated=libdeflate.deflate_compress(block, self.policy.gzip_level), crc=zlib_ng.crc32(block),
                            length=len(head) + len(body), block_digest=_digest_value(algorithm, block_hash),
                            payload_digest=digest(body, algorithm), payload_length=len(body), status=status,
                            mime=_mime(stored))
