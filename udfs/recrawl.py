@@ -283,7 +283,7 @@ class UrlHistory:
         padded = list(row[1:9]) + [None] * (8 - len(row[1:9]))
         at, etag, last_modified, content_hash, simhash, streak, raw_obs, raw_agg = padded
         return UrlHistory(
-            last_fetch_at=float(at) if _finite(at) else None,
+            last_fetch_at=float(at) if _finite(at) and at >= 0 else None,   # before 1970: malformed
             etag=etag if isinstance(etag, str) else None,
             last_modified=last_modified if isinstance(last_modified, str) else None,
             content_hash=content_hash if isinstance(content_hash, str) else None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from udfs import recrawl as rc
@@ -70,6 +70,7 @@ def test_history_is_bounded_and_round_trips(trace) -> None:
 
 @EXAMPLES
 @given(st.lists(anything, max_size=12))
+@example([1.0, -604801])   # a fetch time before 1970 once gave a due time before it
 def test_from_row_never_raises_beyond_value_error(row) -> None:
     try:
         history = rc.UrlHistory.from_row(row)
