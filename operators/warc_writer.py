@@ -6,8 +6,9 @@ input, keyed like the pages, and each page waits for its own (decision 1616).
 For each ParsedBundle it appends a response + request record pair (one gzip member each, built by
 `udfs.warc`; as the dedup verdict says, a revisit instead of the response for an exact duplicate and
 a metadata record for a near-duplicate: decisions 1300-1301) to `crawl/{date}/{subtask}/{seq}.warc.gz`
-under the WARC root (CDXJ lines beside it in `{seq}.cdxj`), flushes and fsyncs,
-and only then emits (invariant 5: every published page points at a durable record):
+under the WARC root (CDXJ lines beside it in `{seq}.cdxj`), flushes and fsyncs (one fsync for the
+captures of `warc.group_commit_ms`, decision 1832), and only then emits (invariant 5: every published
+page points at a durable record):
 - a `Completion` for the page's frontier (always, whatever happened),
 - a `ParsedPage` on pages.parsed (200 pages not marked noindex) with warc_path/offset/length,
 - one `DiscoveredBatch` per target host of its followable links (+ redirect/refresh targets), depth+1.
@@ -127,10 +128,12 @@ class WarcFiles:
         self._opened_at = 0.0
         self._date = ""
         self._warcinfo_id: str | None = None
+        self.syncs = 0   # how many times the files were synced: a record appended before a rise is durable
 
-    def append(self, build: Callable[[str | None], list[WarcRecord]]) -> list[Location]:
+    def append(self, build: Callable[[str | None], list[WarcRecord]], sync: bool = True) -> list[Location]:
         """Write the records `build(warcinfo_id)` returns (rolling first if due); durable when this returns,
-        or with a store once their file is uploaded (`open_path` moves on).
+        or with `sync=False` once `syncs` rises (group commit, decision 1832), or with a store once their
+        file is uploaded (`open_path` moves on).
 
         `build` runs after any roll so records name the warcinfo of the file they land in.
         """
@@ -138,9 +141,14 @@ class WarcFiles:
         self._roll_if_due()
         assert self._file is not None
         locations = [self._write(record) for record in build(self._warcinfo_id)]
-        if locations:
+        if locations and sync:
             self._sync()
         return locations
+
+    def sync(self) -> None:
+        """Make every record appended so far durable (a no-op between files: closing synced them)."""
+        if self._file is not None:
+            self._sync()
 
     @property
     def open_path(self) -> str | None:
@@ -268,6 +276,7 @@ class WarcFiles:
             handle.flush()
             if self._settings.fsync:
                 os.fsync(handle.fileno())
+        self.syncs += 1
 
 
 def _utc_date(moment: float) -> str:
@@ -673,23 +682,37 @@ def events_for(bundle: ParsedBundle, where: Location | None,
 class PageArchiver:
     """Archives page fetches and hands back each one's events once its records are durable (invariant 5).
 
-    Local files are durable when `append` returns (fsync), so events go out at once. With an object
-    store a capture is durable only when its file is uploaded: its events are held until the file is
-    finished (size, age or date limit, checked after each element) and then released in arrival order.
-    Events of fetches that archive nothing never wait.
+    Local files are durable once synced. With a `sync_interval_s`, captures share their fsync (group
+    commit, decision 1832): each capture's events wait until the files are synced, which happens when
+    the oldest waiting capture is that old at the next element, at `flush` (the writer's timer), or
+    when its file closes; with none, each capture is synced as it is appended and its events go out
+    at once. With an object store a capture is durable only when its file is uploaded: its events
+    are held until the file is finished (size, age or date limit, checked after each element) and
+    then released in arrival order. Events of fetches that archive nothing never wait.
     """
 
-    def __init__(self, files: WarcFiles, builder: WarcBuilder, *, hold: bool, recent: RecentUrls | None = None) -> None:
+    def __init__(self, files: WarcFiles, builder: WarcBuilder, *, hold: bool, recent: RecentUrls | None = None,
+                 sync_interval_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
         self._files = files
         self._builder = builder
         self._hold = hold
         self.recent = recent
         self._held: list[tuple[str, list[Event]]] = []
+        self._group = sync_interval_s > 0 and not hold
+        self._sync_interval_s = sync_interval_s
+        self._clock = clock
+        self._unsynced: list[tuple[int, list[Event]]] = []   # (files.syncs when appended, events)
+        self._unsynced_since = 0.0
 
     @property
     def held_captures(self) -> int:
-        """Captures whose events wait for their file to be uploaded."""
-        return len(self._held)
+        """Captures whose events wait for their file to be uploaded, or for the next sync."""
+        return len(self._held) + len(self._unsynced)
+
+    @property
+    def awaiting_sync(self) -> bool:
+        """Whether some capture's events wait for the next sync (the writer then keeps a timer set)."""
+        return bool(self._unsynced)
 
     def archive(self, bundle: ParsedBundle) -> tuple[list[Location], list[Event]]:
         """Write the fetch's records (if archived); its locations and the events now safe to emit."""
@@ -699,24 +722,48 @@ class PageArchiver:
         def build(warcinfo_id: str | None) -> list[WarcRecord]:
             written[:] = bundle_records(self._builder, bundle, warcinfo_id)
             return written
-        locations = self._files.append(build) if is_archived(result) else []
+        locations = self._files.append(build, sync=not self._group) if is_archived(result) else []
         where = locations[0] if locations else None
         events = events_for(bundle, where, capture_of(bundle, written), self.recent)
         if self._hold and where is not None:
             self._held.append((where.path, events))
             events = []
+        elif self._group and where is not None:
+            if not self._unsynced:
+                self._unsynced_since = self._clock()
+            self._unsynced.append((self._files.syncs, events))
+            events = []
         self._files.finish_if_due()
-        return locations, self._release() + events
+        if self._unsynced and self._clock() - self._unsynced_since >= self._sync_interval_s:
+            self._files.sync()
+        return locations, self._release() + self._synced() + events
+
+    def flush(self) -> list[Event]:
+        """Sync now if some capture waits for it; the events that became safe to emit."""
+        if self._unsynced:
+            self._files.sync()
+        return self._synced()
 
     def close(self) -> None:
         """Finish the open file; events still held are dropped (their leases expire and are retried)."""
         self._files.close()
         self._held.clear()
+        self._unsynced.clear()
 
     def _release(self) -> list[Event]:
         open_path = self._files.open_path
         ready = [events for path, events in self._held if path != open_path]
         self._held = [(path, events) for path, events in self._held if path == open_path]
+        return [event for events in ready for event in events]
+
+    def _synced(self) -> list[Event]:
+        syncs = self._files.syncs
+        ready = [events for mark, events in self._unsynced if mark < syncs]
+        if not ready:
+            return []
+        self._unsynced = [(mark, events) for mark, events in self._unsynced if mark >= syncs]
+        if self._unsynced:   # a roll synced the captures before this one: this one starts the next group
+            self._unsynced_since = self._clock()
         return [event for events in ready for event in events]
 
 
@@ -761,7 +808,9 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         for line in recovered:
             logging.getLogger(__name__).warning("warc writer %d recovered %s", subtask, line)
         recent = RecentUrls(self._discovery) if self._discovery.enabled else None
-        self._archiver = PageArchiver(files, self._builder, hold=is_s3_root(self._root), recent=recent)
+        self._archiver = PageArchiver(files, self._builder, hold=is_s3_root(self._root), recent=recent,
+                                      sync_interval_s=self._warc_policy.group_commit_ms / 1000)
+        self._sync_timer_set = False
         self._repeats_counted = 0
         group = runtime_context.get_metrics_group().add_group("warc")
         group.counter("recovered_files").inc(len(recovered))
@@ -783,11 +832,30 @@ class WarcWriterFunction(KeyedCoProcessFunction):
 
     def process_element1(self, value: ParsedBundle, ctx: KeyedCoProcessFunction.Context) -> Iterator[Event]:
         if self._dedup is None or not needs_dedup(value, self._dedup):
-            return self._archive(value)
-        return self._archive_pairs(self._join.page(join_key(value), value))
+            yield from self._archive(value)
+        else:
+            yield from self._archive_pairs(self._join.page(join_key(value), value))
+        self._keep_sync_timer(ctx)
 
     def process_element2(self, value: Probe, ctx: KeyedCoProcessFunction.Context) -> Iterator[Event]:
-        return self._archive_pairs(self._join.verdict(value["key"], value["dedup"]))
+        yield from self._archive_pairs(self._join.verdict(value["key"], value["dedup"]))
+        self._keep_sync_timer(ctx)
+
+    def on_timer(self, timestamp: int, ctx: KeyedCoProcessFunction.OnTimerContext) -> Iterator[Event]:
+        """The group commit's deadline (decision 1832): sync and emit what waited for it."""
+        assert self._archiver is not None
+        self._sync_timer_set = False
+        yield from self._emit(self._archiver.flush())
+
+    def _keep_sync_timer(self, ctx: KeyedCoProcessFunction.Context) -> None:
+        """While a capture waits for its group's fsync, a timer is set to sync it even if no element
+        comes (one at a time: a group synced early leaves the next to the same timer, so none waits
+        more than twice `group_commit_ms`)."""
+        assert self._archiver is not None
+        if self._archiver.awaiting_sync and not self._sync_timer_set:
+            timers = ctx.timer_service()
+            timers.register_processing_time_timer(timers.current_processing_time() + self._warc_policy.group_commit_ms)
+            self._sync_timer_set = True
 
     def _archive_pairs(self, pairs: list[tuple[ParsedBundle, DedupVerdict | None]]) -> Iterator[Event]:
         unpaired, dropped = self._join.unpaired_pages, self._join.dropped_verdicts
@@ -813,6 +881,9 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         if locations:
             self._counters["captures"].inc()
             self._counters["bytes"].inc(sum(loc.length for loc in locations))
+        yield from self._emit(events)
+
+    def _emit(self, events: list[Event]) -> Iterator[Event]:
         for event in events:
             self._counters["published" if event[0] == TOPIC_PAGES else "frontier_events"].inc()
             yield event

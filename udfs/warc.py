@@ -75,10 +75,14 @@ class WarcPolicy:
         both are written in base32 and accepted by warcio, jwarc and FastWARC (decision 0500).
     date_precision: "microseconds" (default; WARC 1.1 §5.4 allows fractions, as warcio writes
         for 1.1) or "seconds" (the WARC 1.0 form, for readers that only know it).
-    gzip_level: deflate level 1-9 of each record's gzip member (zlib-ng, decision 1822); 6 trades size for speed.
+    gzip_level: deflate level 1-9 of each record's gzip member (zlib-ng, decision 1822; libdeflate for the
+        packed response block, decision 1831); 6 trades size for speed.
     software: the `software` field of warcinfo records.
     pack_in_parse: true (default): each response block is deflated where its page is parsed and only a
         fifth of its bytes travel on to the writer (decision 1823); false: the writer deflates whole records.
+    group_commit_ms: how long a capture written to a local file may wait for the fsync that makes it
+        durable, its events held until then; the captures written meanwhile share that fsync (decision
+        1832). 0: an fsync per capture. Object storage ignores it (an upload makes a file durable).
     """
 
     digest_algorithm: str = "sha1"
@@ -86,6 +90,7 @@ class WarcPolicy:
     gzip_level: int = 6
     software: str = "flink-crawler/0.1.0"
     pack_in_parse: bool = True
+    group_commit_ms: int = 50
 
     def __post_init__(self) -> None:
         if self.digest_algorithm not in DIGEST_ALGORITHMS:
@@ -98,6 +103,9 @@ class WarcPolicy:
             raise ValueError(f"warc.gzip_level must be an integer from 1 to 9, not {self.gzip_level!r}")
         if not self.software or _CTL.search(self.software):
             raise ValueError("warc.software must be a non-empty single line")
+        if not isinstance(self.group_commit_ms, int) or isinstance(self.group_commit_ms, bool) \
+                or not 0 <= self.group_commit_ms <= 10_000:
+            raise ValueError(f"warc.group_commit_ms must be an integer from 0 to 10000, not {self.group_commit_ms!r}")
         if not isinstance(self.pack_in_parse, bool):
             raise ValueError(f"warc.pack_in_parse must be true or false, not {self.pack_in_parse!r}")
 

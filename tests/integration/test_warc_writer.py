@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from warcio.archiveiterator import ArchiveIterator
 from operators.parse import ParsedBundle, parse_result
 from operators.warc_writer import (
     Location,
+    PageArchiver,
     WarcFiles,
     WarcFileSettings,
     capture_records,
@@ -325,3 +327,90 @@ def test_synthetic_web_pages_fetched_parsed_and_archived_end_to_end(tmp_path: Pa
         assert verdict.ok, verdict.output
     for bundle, where in written:
         assert where is not None and read_record_at(where).content_stream().read() == bundle["result"]["body"]
+
+
+# --- group commit (decision 1832) ------------------------------------------------------------------
+
+
+class Grouped:
+    """A PageArchiver on real files with a hand-driven clock, counting fsync calls."""
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch, interval_s: float = 0.05,
+                 settings: WarcFileSettings = WarcFileSettings()) -> None:
+        self.now = 100.0
+        self.fsyncs = 0
+        real_fsync = os.fsync
+
+        def counted(fd: int) -> None:
+            self.fsyncs += 1
+            real_fsync(fd)
+        monkeypatch.setattr(os, "fsync", counted)
+        self.files = WarcFiles(str(root), 0, WarcBuilder(), settings, clock=lambda: T0)
+        self.archiver = PageArchiver(self.files, WarcBuilder(), hold=False, sync_interval_s=interval_s,
+                                     clock=lambda: self.now)
+
+    def feed(self, url: str, at: float | None = None, **kwargs) -> tuple[list[Location], list[str]]:
+        if at is not None:
+            self.now = at
+        locations, events = self.archiver.archive(parse_result(result(url, **kwargs)))
+        return locations, completed(events)
+
+
+def completed(events) -> list[str]:
+    decoded = [json.loads(value) for topic, _, value in events if topic == TOPIC_OUTCOMES]
+    return [e["url"] for e in decoded if e["type"] == "completion"]
+
+
+def test_group_commit_holds_events_until_one_fsync_makes_every_waiting_capture_durable(tmp_path, monkeypatch) -> None:
+    grouped = Grouped(tmp_path, monkeypatch)
+    where_a, events_a = grouped.feed("http://site.test/a", at=100.0)
+    where_b, events_b = grouped.feed("http://site.test/b", at=100.01)
+    assert events_a == events_b == [] and grouped.archiver.held_captures == 2 and grouped.archiver.awaiting_sync
+    before = grouped.fsyncs
+    assert completed(grouped.archiver.flush()) == ["http://site.test/a", "http://site.test/b"]
+    assert grouped.fsyncs - before == 2                          # the WARC file and its index, once for both
+    assert not grouped.archiver.awaiting_sync and grouped.archiver.flush() == []
+    for where in (where_a[0], where_b[0]):
+        assert read_record_at(where).rec_headers.get_header("WARC-Type") == "response"
+
+
+def test_group_commit_syncs_at_the_first_element_after_the_oldest_capture_is_due(tmp_path, monkeypatch) -> None:
+    grouped = Grouped(tmp_path, monkeypatch, interval_s=0.05)
+    assert grouped.feed("http://site.test/a", at=100.0)[1] == []
+    assert grouped.feed("http://site.test/b", at=100.04)[1] == []
+    assert grouped.feed("http://site.test/c", at=100.06)[1] == ["http://site.test/a", "http://site.test/b",
+                                                                 "http://site.test/c"]
+    assert grouped.feed("http://site.test/d", at=100.07)[1] == []   # the next group starts
+
+
+def test_fetches_that_archive_nothing_are_not_held_by_the_group_commit(tmp_path, monkeypatch) -> None:
+    grouped = Grouped(tmp_path, monkeypatch)
+    assert grouped.feed("http://site.test/a")[1] == []
+    locations, events = grouped.feed("http://nowhere.test/", status=None, fetch_status="dns_error", body=b"",
+                                     headers=[])
+    assert locations == [] and events == ["http://nowhere.test/"] and grouped.archiver.held_captures == 1
+
+
+def test_a_file_closed_at_its_size_limit_releases_its_captures_at_once(tmp_path, monkeypatch) -> None:
+    grouped = Grouped(tmp_path, monkeypatch, interval_s=10.0, settings=WarcFileSettings(max_file_bytes=2000))
+    first, held = grouped.feed("http://site.test/a")
+    assert held == [] and grouped.archiver.held_captures == 1
+    second, released = grouped.feed("http://site.test/b")   # b fills the file: closing it synced both
+    assert released == ["http://site.test/a", "http://site.test/b"] and grouped.archiver.held_captures == 0
+    third, _ = grouped.feed("http://site.test/c")
+    assert first[0].path == second[0].path != third[0].path
+
+
+def test_without_group_commit_each_capture_is_synced_and_emitted_at_once(tmp_path, monkeypatch) -> None:
+    grouped = Grouped(tmp_path, monkeypatch, interval_s=0.0)
+    assert grouped.feed("http://site.test/a")[1] == ["http://site.test/a"]
+    before = grouped.fsyncs
+    assert grouped.feed("http://site.test/b")[1] == ["http://site.test/b"]
+    assert grouped.fsyncs - before == 2 and grouped.archiver.held_captures == 0
+
+
+def test_closing_drops_the_events_still_waiting_for_a_sync(tmp_path, monkeypatch) -> None:
+    grouped = Grouped(tmp_path, monkeypatch)
+    grouped.feed("http://site.test/a")
+    grouped.archiver.close()   # the capture is synced with its file; its lease expires and is retried
+    assert grouped.archiver.held_captures == 0

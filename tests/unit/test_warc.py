@@ -267,6 +267,9 @@ def test_target_uris_never_carry_spaces_controls_or_non_ascii(url, expected):
     ({"gzip_level": 10}, "gzip_level"),
     ({"software": "a\nb"}, "software"),
     ({"pack_in_parse": "yes"}, "pack_in_parse"),
+    ({"group_commit_ms": -1}, "group_commit_ms"),
+    ({"group_commit_ms": 10_001}, "group_commit_ms"),
+    ({"group_commit_ms": True}, "group_commit_ms"),
 ])
 def test_policy_rejects_bad_values_with_a_message_naming_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message):
