@@ -15,8 +15,9 @@ page points at a durable record):
 Files roll at a size or age limit (checked when a record arrives); a restarted writer never appends
 to an existing file, it starts the next sequence number. Before it does, it repairs what a writer
 killed mid-file left behind (decision 1600): the last file of each folder it owns is cut back to its
-last synced capture (a torn gzip member or an unindexed capture goes, with any index line past the
-cut); synced captures stay, since their events may already be published.
+last complete, indexed capture (a torn gzip member or an unindexed capture goes, with any index line
+past the cut); synced captures stay, since their events may already be published, and captures that
+still waited for their group's fsync mostly go (their events were never emitted, decision 1832).
 
 With an `s3://bucket/prefix` root (decision 0504) files are written to `[storage] staging_dir`, rolled
 at its smaller limits and uploaded whole on roll; a capture is durable only once its file is uploaded,
