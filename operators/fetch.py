@@ -554,7 +554,8 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     # verdict with the page by join key (decision 1616).
     if dedup.enabled:
         # The verdicts' key map is added in thread mode, to fuse with the last band operator.
-        verdicts = add_dedup(pages, dedup, warc_policy, set_mode, parse_parallelism).key_by(_verdict_key, key_type=Types.STRING())
+        verdicts = (add_dedup(pages, dedup, warc_policy, set_mode, parse_parallelism)
+                    .key_by(_verdict_key, key_type=Types.STRING()))
         set_mode("process")   # the writer keeps the mode it always had
     else:
         none = pages.flat_map(lambda b: [], output_type=BUNDLE_TYPE).uid("no-dedup").name("no dedup")

@@ -702,8 +702,7 @@ class PageArchiver:
         self._group = sync_interval_s > 0 and not hold
         self._sync_interval_s = sync_interval_s
         self._clock = clock
-        self._unsynced: list[tuple[int, list[Event]]] = []   # (files.syncs when appended, events)
-        self._unsynced_since = 0.0
+        self._unsynced: list[tuple[int, float, list[Event]]] = []   # (files.syncs, clock) when appended, events
 
     @property
     def held_captures(self) -> int:
@@ -730,12 +729,10 @@ class PageArchiver:
             self._held.append((where.path, events))
             events = []
         elif self._group and where is not None:
-            if not self._unsynced:
-                self._unsynced_since = self._clock()
-            self._unsynced.append((self._files.syncs, events))
+            self._unsynced.append((self._files.syncs, self._clock(), events))
             events = []
         self._files.finish_if_due()
-        if self._unsynced and self._clock() - self._unsynced_since >= self._sync_interval_s:
+        if self._unsynced and self._clock() - self._unsynced[0][1] >= self._sync_interval_s:
             self._files.sync()
         return locations, self._release() + self._synced() + events
 
@@ -752,20 +749,22 @@ class PageArchiver:
         self._unsynced.clear()
 
     def _release(self) -> list[Event]:
+        """The events of captures whose file is no longer the open one (uploaded)."""
         open_path = self._files.open_path
-        ready = [events for path, events in self._held if path != open_path]
-        self._held = [(path, events) for path, events in self._held if path == open_path]
-        return [event for events in ready for event in events]
+        ready, self._held = _parted(self._held, lambda held: held[0] != open_path)
+        return [event for *_, events in ready for event in events]
 
     def _synced(self) -> list[Event]:
+        """The events of captures appended before the last sync."""
         syncs = self._files.syncs
-        ready = [events for mark, events in self._unsynced if mark < syncs]
-        if not ready:
-            return []
-        self._unsynced = [(mark, events) for mark, events in self._unsynced if mark >= syncs]
-        if self._unsynced:   # a roll synced the captures before this one: this one starts the next group
-            self._unsynced_since = self._clock()
-        return [event for events in ready for event in events]
+        ready, self._unsynced = _parted(self._unsynced, lambda unsynced: unsynced[0] < syncs)
+        return [event for *_, events in ready for event in events]
+
+
+def _parted(entries: list[Any], ready: Callable[[Any], bool]) -> tuple[list[Any], list[Any]]:
+    """`entries` split into those `ready` lets go and the rest, each in arrival order."""
+    gone = [entry for entry in entries if ready(entry)]
+    return gone, [entry for entry in entries if not ready(entry)] if gone else entries
 
 
 class WarcWriterFunction(KeyedCoProcessFunction):
