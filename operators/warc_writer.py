@@ -16,8 +16,9 @@ Files roll at a size or age limit (checked when a record arrives); a restarted w
 to an existing file, it starts the next sequence number. Before it does, it repairs what a writer
 killed mid-file left behind (decision 1600): the last file of each folder it owns is cut back to its
 last complete, indexed capture (a torn gzip member or an unindexed capture goes, with any index line
-past the cut); synced captures stay, since their events may already be published, and captures that
-still waited for their group's fsync mostly go (their events were never emitted, decision 1832).
+past the cut); synced captures stay, since their events may already be published. Captures that still
+waited for their group's fsync were flushed to the OS when written (decision 1832): a killed process
+leaves them complete, and a machine crash leaves what the disk kept, cut the same way.
 
 With an `s3://bucket/prefix` root (decision 0504) files are written to `[storage] staging_dir`, rolled
 at its smaller limits and uploaded whole on roll; a capture is durable only once its file is uploaded,
@@ -144,6 +145,10 @@ class WarcFiles:
         locations = [self._write(record) for record in build(self._warcinfo_id)]
         if locations and sync:
             self._sync()
+        elif locations:
+            # Out of the process at once even unsynced: a writer that dies (or is cancelled) later must
+            # not flush old records behind a file its successor has already repaired.
+            self._flush()
         return locations
 
     def sync(self) -> None:
@@ -271,12 +276,17 @@ class WarcFiles:
         warc.unlink()
         index.unlink()
 
-    def _sync(self) -> None:
+    def _flush(self) -> None:
         assert self._file is not None and self._index is not None
-        for handle in (self._file, self._index):
-            handle.flush()
-            if self._settings.fsync:
-                os.fsync(handle.fileno())
+        self._file.flush()
+        self._index.flush()
+
+    def _sync(self) -> None:
+        self._flush()
+        assert self._file is not None and self._index is not None
+        if self._settings.fsync:
+            os.fsync(self._file.fileno())
+            os.fsync(self._index.fileno())
         self.syncs += 1
 
 
