@@ -234,6 +234,9 @@ def mean_busy(samples: Sequence[Sample], window: Window) -> dict[str, float]:
 
 
 BUDGET_LEVELS = ("leases_out", "leases_cap", "completions_per_min")
+# Where a page lease waits (decision 1833), ms; one frontier subtask here, so REST's sum is its value.
+TRIP_LEVELS = ("release_to_fetch_p50_ms", "release_to_fetch_p95_ms", "fetch_to_completion_p50_ms",
+               "fetch_to_completion_p95_ms")
 BUDGET_COUNTS = ("released", "robots_leased", "tdmrep_leased", "budget_waits", "leases_expired")
 
 
@@ -243,7 +246,7 @@ def lease_budget(samples: Sequence[Sample], window: Window) -> dict[str, float]:
     inside = [s for s in samples if s.at in window and s.counters]
     if len(inside) < 2:
         return {}
-    out = {name: statistics.fmean(s.counters.get(name, 0.0) for s in inside) for name in BUDGET_LEVELS}
+    out = {name: statistics.fmean(s.counters.get(name, 0.0) for s in inside) for name in BUDGET_LEVELS + TRIP_LEVELS}
     out |= {name: inside[-1].counters.get(name, 0.0) - inside[0].counters.get(name, 0.0) for name in BUDGET_COUNTS}
     return out
 
@@ -260,7 +263,9 @@ def discovery_lag(samples: Sequence[Sample], window: Window) -> dict[str, float]
     seconds = max(last.at - first.at, 1e-9)
     return {"at_end": last.counters[DISCOVERY_LAG],
             "growth_per_s": (last.counters[DISCOVERY_LAG] - first.counters[DISCOVERY_LAG]) / seconds,
-            "judged_per_s": (urls_judged(last.counters) - urls_judged(first.counters)) / seconds}
+            "judged_per_s": (urls_judged(last.counters) - urls_judged(first.counters)) / seconds,
+            "outcomes_pending": statistics.fmean(s.counters.get(OUTCOMES_LAG, 0.0) for s in inside),
+            "outcomes_backpressured_ms": statistics.fmean(s.counters.get(OUTCOMES_BACKPRESSURE, 0.0) for s in inside)}
 
 
 # Per-vertex CPU metrics of the job (operators/cpu.py, decision 1829), kept in a sample's counters
@@ -445,6 +450,12 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                          f"average, bound {budget['leases_cap']:,.0f}, completions {budget['completions_per_min'] / 60:,.1f}/s; "
                          f"{leases / seconds:,.1f} leases/s, {budget['budget_waits'] / seconds:,.1f} hosts/s turned away "
                          f"for room, {budget['leases_expired']:,.0f} leases expired.")
+            if budget.get("release_to_fetch_p50_ms"):
+                lines.append("- Ours, where a page lease waits (decision 1833; window means of the frontier's gauges): "
+                             f"release → fetch start p50 {budget['release_to_fetch_p50_ms'] / 1000:,.2f} s, "
+                             f"p95 {budget['release_to_fetch_p95_ms'] / 1000:,.2f} s; fetch end → completion read "
+                             f"p50 {budget['fetch_to_completion_p50_ms'] / 1000:,.2f} s, "
+                             f"p95 {budget['fetch_to_completion_p95_ms'] / 1000:,.2f} s.")
         lag = ours.get("discovery_lag") or {}
         if lag:
             line = (f"- Ours, discovered batches waiting on crawl.frontier (its source's Kafka lag): "
@@ -454,6 +465,9 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                 per_page = lag["judged_per_s"] / ours["pages_per_s"] if ours.get("pages_per_s") else None
                 line += (f"; the frontier judged {lag['judged_per_s']:,.0f} URLs a second in the window (admitted "
                          f"or dropped; {_fmt(per_page, 1)} per fetched page): while it lags, its CPU follows this")
+            if "outcomes_pending" in lag:
+                line += (f"; lease ends waiting on crawl.outcomes (its source's lag): {lag['outcomes_pending']:,.0f} "
+                         f"on average, that source back-pressured {lag.get('outcomes_backpressured_ms', 0.0):,.0f} ms/s")
             lines.append(line + ".")
         busy = ours.get("busy_ms_per_s") or {}
         if busy:
@@ -569,6 +583,8 @@ class Sampler:
 
 # The crawl.frontier source's Kafka lag: discovered batches the writer wrote that the frontier has not read.
 DISCOVERY_LAG = "discoveries_pending"
+OUTCOMES_LAG = "outcomes_pending"   # the crawl.outcomes source's Kafka lag: completions not yet read
+OUTCOMES_BACKPRESSURE = "outcomes_backpressured_ms"   # that source's backPressuredTimeMsPerSecond
 
 
 class VertexMetricIds:
@@ -614,21 +630,26 @@ def flink_extra(stack: Any, job_id: str) -> Callable[[], Extra]:
             base = f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics"
             name = vertex["name"][:80]
             cpu_ids = ids.matching(base, _is_cpu_metric)   # the CPU of each stage (decision 1829)
-            for metric in stack.flink.rest(f"{base}?get={','.join(['busyTimeMsPerSecond', *cpu_ids])}"
-                                           "&agg=sum") or []:
+            wanted = ['busyTimeMsPerSecond', 'backPressuredTimeMsPerSecond', *cpu_ids]
+            for metric in stack.flink.rest(f"{base}?get={','.join(wanted)}&agg=sum") or []:
                 if metric.get("sum") is None:
                     continue
                 if metric.get("id") == "busyTimeMsPerSecond":
                     busy[name] = float(metric["sum"])
+                elif metric.get("id") == "backPressuredTimeMsPerSecond":
+                    if vertex["name"].startswith("Source: crawl.outcomes"):
+                        m[OUTCOMES_BACKPRESSURE] = float(metric["sum"])
                 elif metric["id"].endswith(".worker_pid"):
                     m[PID_KEY + name] = float(metric["sum"])
                 else:   # two operators of one chain report the same worker or task thread: the larger
                     m[CPU_KEY + name] = max(m.get(CPU_KEY + name, 0.0), float(metric["sum"]))
-            if vertex["name"].startswith("Source: crawl.frontier"):
+            lag_key = (DISCOVERY_LAG if vertex["name"].startswith("Source: crawl.frontier")
+                       else OUTCOMES_LAG if vertex["name"].startswith("Source: crawl.outcomes") else None)
+            if lag_key is not None:
                 names = ids.matching(base, lambda metric_id: metric_id.endswith(".pendingRecords"))
                 for metric in (stack.flink.rest(f"{base}?get={','.join(names)}&agg=sum") or []) if names else []:
                     if metric.get("sum") is not None:
-                        m[DISCOVERY_LAG] = float(metric["sum"])
+                        m[lag_key] = float(metric["sum"])
         return queue, busy, m
     return read
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from pyflink.common import Configuration, Types, WatermarkStrategy
+from pyflink.common import Configuration, Row, Types, WatermarkStrategy
 from pyflink.common.serialization import SimpleStringSchema
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.kafka import (
@@ -38,6 +38,7 @@ from pyflink.table.expressions import col
 from operators.census import CENSUS_TAG, attach_census
 from operators.fetch import fetch_stage
 from operators.frontier import FRONTIER_EVENTS_TAG, FrontierFunction, attach_frontier, broadcast_controls
+from operators.keyed_union import keyed_row, keyed_row_type, keyed_union
 from operators.modes import set_python_mode
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
@@ -120,10 +121,13 @@ def _valid_events(item: dict[str, Any]) -> list[dict[str, Any]]:
     return [item["event"]] if item["kind"] == "event" else []
 
 
-def _frontier_events(item: dict[str, Any]) -> list[dict[str, Any]]:
-    """Events for the frontier: all valid ones but `ip_done`, which only jobs from before decision 1612
-    wrote (for an IP gate that now lives in the fetcher); a restored job may still read some."""
-    return [item["event"]] if item["kind"] == "event" and item["event"]["type"] != "ip_done" else []
+def _frontier_events(item: dict[str, Any]) -> list[Row]:
+    """Events for the frontier, keyed by host where they are decoded (operators.keyed_union, decision 1833):
+    all valid ones but `ip_done`, which only jobs from before decision 1612 wrote (for an IP gate that
+    now lives in the fetcher); a restored job may still read some."""
+    if item["kind"] != "event" or item["event"]["type"] == "ip_done":
+        return []
+    return [keyed_row(item["event"]["host"], item["event"])]
 
 
 def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sinks, config: CrawlConfig) -> None:
@@ -157,11 +161,14 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                                 budgets=config.budgets if config.budgets.enabled else None,
                                 census=config.budgets.enabled and config.budgets.domain_shares,
                                 sitemaps=config.sitemaps if config.sitemaps.follow else None)
-    events = (decoded.flat_map(_frontier_events, output_type=EVENT_TYPE).uid("valid-events").name("valid events")
-              .union(outcomes.flat_map(_frontier_events, output_type=EVENT_TYPE)
-                     .uid("valid-outcomes").name("valid outcomes")))
-    requests = attach_frontier(events.key_by(lambda event: event["host"], key_type=Types.STRING()),
-                               broadcast_controls(valid_controls), frontier, EVENT_TYPE)
+    # Keyed on each side, so that lease ends reach the frontier on channels of their own instead of
+    # queueing behind discoveries after a union (decision 1833).
+    keyed_event = keyed_row_type(Types.STRING(), EVENT_TYPE)
+    events = keyed_union(
+        decoded.flat_map(_frontier_events, output_type=keyed_event).uid("valid-events").name("valid events"),
+        outcomes.flat_map(_frontier_events, output_type=keyed_event).uid("valid-outcomes").name("valid outcomes"),
+        key_type=Types.STRING(), value_type=EVENT_TYPE)
+    requests = attach_frontier(events, broadcast_controls(valid_controls), frontier, EVENT_TYPE)
     # Each host's share of its domain's budget (decision 1811): the census answers on crawl.outcomes.
     census = [attach_census(requests.get_side_output(CENSUS_TAG), TRIPLE_TYPE)] if frontier.census else []
     # A robots.txt that lists a sitemap on another host sends it to that host's key (decision 1812).

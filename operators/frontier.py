@@ -38,6 +38,7 @@ from udfs.budgets import BudgetPolicy
 from udfs.census import host_seen
 from udfs.host_quality import DEFAULT_QUALITY_POLICY, QualityPolicy, priority_offset
 from udfs.host_quality import observe as observe_quality
+from udfs.latency import LEASE_TRIP_GAUGES, LeaseTrips
 from udfs.control_state import ControlTable, HostControls
 from udfs.netguard import FetchPolicy
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, TdmrepRules, ai_disallowed, parse_tdmrep, tdmrep_match
@@ -207,6 +208,7 @@ class HostFrontier:
         # `due` None turns recrawl off: no history, no schedule, one lane (the frontier before issue #6)
         self.due, self.recrawl = due, recrawl
         self.gauges = gauges
+        self.trips = LeaseTrips()   # where page leases wait: before or after their fetch (decision 1833)
         self.budget = budget   # None: every ready host leases at once (no bound on leases out, decision 1618)
         self.soft404 = soft404  # None: no soft-404 probes, no checks (decision 1803)
         self.budgets = budgets  # None: no pages-per-day or URLs-per-round budget (decision 1805)
@@ -248,6 +250,8 @@ class HostFrontier:
                 self._note_hub_yield(event.get("from_fp"), admitted)
         elif kind == "completion":
             lease, previous = state.lease, self._leased_record(state)
+            if lease is not None and lease.kind == "page" and event.get("lease_id") == lease.lease_id:
+                self._time_trip(lease, event, now)
             state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls),
                                               *((previous, self.recrawl) if self.due is not None else (None, None)))
             state = self._apply(state, outcome)
@@ -291,6 +295,12 @@ class HostFrontier:
             if outcome.store_tdmrep is not None:
                 self._store_tdmrep(host, outcome.store_tdmrep)
         return self._release(host, state, now, controls, before)
+
+    def _time_trip(self, lease: fl.Lease, event: dict[str, Any], now: float) -> None:
+        """Time the lease's wait before its fetch and its completion's way back (decision 1833)."""
+        started_at, done_at = event.get("started_at"), event.get("done_at")
+        if isinstance(started_at, (int, float)) and isinstance(done_at, (int, float)):
+            self.trips.add(lease.deadline - self.policy.lease_timeout_s, started_at, done_at, now)
 
     def _leased_record(self, state: fl.HostState) -> fl.UrlRecord | None:
         """The leased page URL's row: on_completion updates its history (recrawl on), and the pages that
@@ -842,11 +852,14 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                 return budget_level(budget, name)
             if name == THREAD_CPU:
                 return thread_cpu_ms()
+            if name in LEASE_TRIP_GAUGES:
+                return self.frontier.trips.gauge(name) if self.frontier is not None else 0
             return gauges.value(name, time.time())
 
         # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager (decision 1606).
         self.levels = Levels(group, GAUGES + (("bloom_fill_ratio_ppm",) if seen is not None else ())
-                             + (BUDGET_GAUGES if budget is not None else ()) + (THREAD_CPU,), level)
+                             + (BUDGET_GAUGES if budget is not None else ()) + LEASE_TRIP_GAUGES + (THREAD_CPU,),
+                             level)
         # One parse per distinct robots.txt body, shared by the hosts that serve it (decision 1613).
         parse_rules = RulesByBody(functools.partial(parse_robots, policy=self.robots_policy))
         self.frontier = HostFrontier(host_row, robots_body, slots, urls, self.count, parse_rules,

@@ -113,3 +113,36 @@ class Occupancy:
         ratio = self._area / (self._capacity * elapsed) if elapsed > 0 else 0.0
         self._area, self._window_start = 0.0, now
         return min(1.0, max(0.0, ratio))
+
+
+LEASE_TRIP_GAUGES = ("release_to_fetch_p50_ms", "release_to_fetch_p95_ms",
+                     "fetch_to_completion_p50_ms", "fetch_to_completion_p95_ms")
+
+
+class LeaseTrips:
+    """Where a page lease's time goes, from the frontier's side (docs/metrics.md, decision 1833): from
+    its release to the start of its fetch (the wait in front of the fetcher), and from the fetch's end
+    to the frontier reading its completion (parse, dedup, the WARC writer, Kafka and the frontier's own
+    input queue). The release bound (decision 1618) keeps their sum near `frontier.release_target_s`
+    when it binds; these say which side of the fetch the leases wait on.
+
+    Pure: the caller passes the times (epoch seconds, the frontier's clock for release and reading, the
+    fetcher's for the fetch); a sample made negative by clock skew between machines is dropped.
+    """
+
+    __slots__ = ("before_fetch", "after_fetch")
+
+    def __init__(self, size: int = DEFAULT_WINDOW) -> None:
+        self.before_fetch = RecentWindow(size)
+        self.after_fetch = RecentWindow(size)
+
+    def add(self, released_at: float, fetch_started_at: float, fetch_ended_at: float, read_at: float) -> None:
+        """One page lease ended by its completion."""
+        self.before_fetch.add(fetch_started_at - released_at)
+        self.after_fetch.add(read_at - fetch_ended_at)
+
+    def gauge(self, name: str) -> int:
+        """One of LEASE_TRIP_GAUGES, in whole milliseconds (0 while no lease has ended)."""
+        window = self.before_fetch if name.startswith("release_to_fetch") else self.after_fetch
+        quantile = 0.5 if name.endswith("p50_ms") else 0.95
+        return int(round(window.percentiles(quantile)[0] * 1000.0))

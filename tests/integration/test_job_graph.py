@@ -43,3 +43,16 @@ def test_parse_parallelism_widens_parse_and_its_probe_with_no_shuffle_between(tm
 def test_parse_runs_at_the_jobs_parallelism_by_default(tmp_path: Path, flink_connector_jar: Path) -> None:
     nodes = _plan(tmp_path, flink_connector_jar)
     assert _named(nodes, "parse")["parallelism"] == 1 and _named(nodes, "dedup probe")["parallelism"] == 1
+
+
+def test_lease_ends_and_discoveries_reach_the_frontier_on_edges_of_their_own(tmp_path: Path,
+                                                                            flink_connector_jar: Path) -> None:
+    """Decision 1833: each side is keyed where it is decoded, so no union vertex merges them into one queue."""
+    nodes = _plan(tmp_path, flink_connector_jar, "job.parallelism=2")
+    by_id = {node["id"]: node for node in nodes}
+    frontier = _named(nodes, "frontier")
+    keyed = [by_id[edge["id"]]["contents"].split(",")[0] for edge in frontier["predecessors"]
+             if edge["ship_strategy"] == "HASH"]
+    assert sorted(keyed) == ["valid events", "valid outcomes"]
+    assert not [node for node in nodes if node["contents"].startswith("_stream_key_by_map_operator")
+                and any(by_id[edge["id"]]["contents"].startswith("valid") for edge in node["predecessors"])]

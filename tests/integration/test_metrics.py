@@ -70,7 +70,9 @@ THREAD_CPU = ("frontier.thread_cpu_ms", "dedup.thread_cpu_ms")
 # The frontier's gauges (operators/frontier.py, added for issue #7 by its owner).
 FRONTIER_GAUGES = (*(f"frontier.queue_depth_p{p}" for p in range(10)), "frontier.hosts_with_queue",
                    "frontier.oldest_due_age_s", "frontier.leases_out", "frontier.leases_cap",
-                   "frontier.completions_per_min")
+                   "frontier.completions_per_min", "frontier.release_to_fetch_p50_ms",
+                   "frontier.release_to_fetch_p95_ms", "frontier.fetch_to_completion_p50_ms",
+                   "frontier.fetch_to_completion_p95_ms")
 
 
 def web_with_failures(workdir: Path) -> SyntheticWebProcess:
@@ -200,6 +202,13 @@ def test_the_release_budget_saw_leases_out_and_completions_coming_back(metrics_r
     peak = metrics_run["peak"]
     assert peak.get("frontier.leases_out", 0) > 0 and peak.get("frontier.completions_per_min", 0) > 0, peak
     assert peak.get("frontier.leases_cap", 0) >= 256   # frontier.min_leases_out
+
+
+def test_page_leases_were_timed_on_both_sides_of_their_fetch(metrics_run):
+    """Decision 1833: a completion comes back after its fetch ended, through the writer and Kafka."""
+    peak = metrics_run["peak"]
+    assert peak.get("frontier.fetch_to_completion_p50_ms", 0) > 0, peak
+    assert peak.get("frontier.fetch_to_completion_p95_ms", 0) >= peak.get("frontier.fetch_to_completion_p50_ms", 0)
 
 
 def test_counts_never_exceed_what_the_server_answered(metrics_run):

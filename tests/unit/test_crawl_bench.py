@@ -118,13 +118,15 @@ def test_the_lease_budget_averages_levels_and_takes_the_growth_of_counts_in_the_
 
 
 def test_the_discovery_lag_is_the_last_reading_in_the_window_its_growth_and_the_urls_judged_per_second() -> None:
-    samples = [cb.Sample(10.0, {}, counters={cb.DISCOVERY_LAG: 1_000, "admitted": 100, "dropped_seen": 50}),
+    samples = [cb.Sample(10.0, {}, counters={cb.DISCOVERY_LAG: 1_000, "admitted": 100, "dropped_seen": 50,
+                                             cb.OUTCOMES_LAG: 40}),
                cb.Sample(20.0, {}, counters={"released": 3}),
                cb.Sample(30.0, {}, counters={cb.DISCOVERY_LAG: 6_000, "admitted": 900, "dropped_seen": 250,
                                              "dropped_trap_path_too_deep": 100, "released": 700}),
                cb.Sample(40.0, {}, counters={cb.DISCOVERY_LAG: 99_000})]
     assert cb.discovery_lag(samples, cb.Window(5.0, 35.0)) == {"at_end": 6_000, "growth_per_s": 250.0,
-                                                               "judged_per_s": 55.0}
+                                                               "judged_per_s": 55.0, "outcomes_pending": 20.0,
+                                                               "outcomes_backpressured_ms": 0.0}
     assert cb.discovery_lag(samples[:2], cb.Window(5.0, 35.0)) == {}
 
 

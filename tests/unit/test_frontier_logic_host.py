@@ -413,3 +413,16 @@ def test_the_group_for_the_fetchers_own_user_agent_applies():
     (robots,) = h.discover("/a")
     h.robots(robots, 200, b"User-agent: *\nAllow: /\n\nUser-agent: FlinkCrawler\nDisallow: /a\n")
     assert h.advance(5) == [] and h.counts["dropped_robots_disallowed"] == 1
+
+
+def test_a_page_completion_times_the_wait_before_its_fetch_and_the_way_back():
+    h = Harness(politeness=PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.0))
+    (robots,) = h.discover("/a")
+    h.robots(robots)
+    (page,) = h.advance(1.0)
+    h.advance(3.0)      # released, then 3 s before the completion is read; the fetch ended 0 s before
+    h.complete(page)    # started_at = now - 0.05
+    trips = h.frontier.trips
+    assert trips.gauge("release_to_fetch_p50_ms") == 2950 and trips.gauge("fetch_to_completion_p50_ms") == 0
+    h.complete(page)    # a repeated completion matches no lease: not timed again
+    assert len(trips.before_fetch) == 1

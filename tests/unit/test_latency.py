@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.latency import Occupancy, RecentWindow, micros
+from udfs.latency import LEASE_TRIP_GAUGES, LeaseTrips, Occupancy, RecentWindow, micros
 
 
 def nearest_rank(samples: list[float], q: float) -> float:
@@ -134,3 +134,20 @@ def test_busy_ratio_always_lies_in_zero_one(steps, capacity):
             occupancy.end()
     clock.now += 1
     assert 0.0 <= occupancy.busy_ratio() <= 1.0
+
+
+def test_lease_trips_split_a_lease_at_its_fetch():
+    trips = LeaseTrips()
+    for wait in (1.0, 2.0, 3.0, 4.0):
+        trips.add(released_at=100.0, fetch_started_at=100.0 + wait, fetch_ended_at=100.5 + wait, read_at=101.0 + 2 * wait)
+    assert trips.gauge("release_to_fetch_p50_ms") == 2000 and trips.gauge("release_to_fetch_p95_ms") == 4000
+    assert trips.gauge("fetch_to_completion_p50_ms") == 2500 and trips.gauge("fetch_to_completion_p95_ms") == 4500
+    assert set(LEASE_TRIP_GAUGES) == {"release_to_fetch_p50_ms", "release_to_fetch_p95_ms",
+                                      "fetch_to_completion_p50_ms", "fetch_to_completion_p95_ms"}
+
+
+def test_lease_trips_drop_a_sample_skewed_below_zero_and_read_zero_while_empty():
+    trips = LeaseTrips()
+    assert [trips.gauge(name) for name in LEASE_TRIP_GAUGES] == [0, 0, 0, 0]
+    trips.add(released_at=100.0, fetch_started_at=99.0, fetch_ended_at=99.5, read_at=101.0)  # fetcher's clock behind
+    assert trips.gauge("release_to_fetch_p50_ms") == 0 and trips.gauge("fetch_to_completion_p50_ms") == 1500
