@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.sections import replace_between
+from udfs.latency import LEASE_TRIP_GAUGES
 from udfs.soft404 import PROBE_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,19 +235,17 @@ def mean_busy(samples: Sequence[Sample], window: Window) -> dict[str, float]:
 
 
 BUDGET_LEVELS = ("leases_out", "leases_cap", "completions_per_min")
-# Where a page lease waits (decision 1833), ms; one frontier subtask here, so REST's sum is its value.
-TRIP_LEVELS = ("release_to_fetch_p50_ms", "release_to_fetch_p95_ms", "fetch_to_completion_p50_ms",
-               "fetch_to_completion_p95_ms")
 BUDGET_COUNTS = ("released", "robots_leased", "tdmrep_leased", "budget_waits", "leases_expired")
 
 
 def lease_budget(samples: Sequence[Sample], window: Window) -> dict[str, float]:
-    """The frontier's release budget over the window (decision 1618): the mean of each level, and how
+    """The frontier's release budget over the window (decision 1618): the mean of each level (with where a
+    page lease waits, decision 1833; one frontier subtask in this benchmark, so REST's sum is its value), and how
     much each lease counter grew between the window's first and last samples."""
     inside = [s for s in samples if s.at in window and s.counters]
     if len(inside) < 2:
         return {}
-    out = {name: statistics.fmean(s.counters.get(name, 0.0) for s in inside) for name in BUDGET_LEVELS + TRIP_LEVELS}
+    out = {name: statistics.fmean(s.counters.get(name, 0.0) for s in inside) for name in BUDGET_LEVELS + LEASE_TRIP_GAUGES}
     out |= {name: inside[-1].counters.get(name, 0.0) - inside[0].counters.get(name, 0.0) for name in BUDGET_COUNTS}
     return out
 
@@ -630,21 +629,21 @@ def flink_extra(stack: Any, job_id: str) -> Callable[[], Extra]:
             base = f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics"
             name = vertex["name"][:80]
             cpu_ids = ids.matching(base, _is_cpu_metric)   # the CPU of each stage (decision 1829)
-            wanted = ['busyTimeMsPerSecond', 'backPressuredTimeMsPerSecond', *cpu_ids]
+            outcomes_source = vertex["name"].startswith("Source: crawl.outcomes")
+            wanted = ["busyTimeMsPerSecond", *(["backPressuredTimeMsPerSecond"] if outcomes_source else []), *cpu_ids]
             for metric in stack.flink.rest(f"{base}?get={','.join(wanted)}&agg=sum") or []:
                 if metric.get("sum") is None:
                     continue
                 if metric.get("id") == "busyTimeMsPerSecond":
                     busy[name] = float(metric["sum"])
                 elif metric.get("id") == "backPressuredTimeMsPerSecond":
-                    if vertex["name"].startswith("Source: crawl.outcomes"):
-                        m[OUTCOMES_BACKPRESSURE] = float(metric["sum"])
+                    m[OUTCOMES_BACKPRESSURE] = float(metric["sum"])
                 elif metric["id"].endswith(".worker_pid"):
                     m[PID_KEY + name] = float(metric["sum"])
                 else:   # two operators of one chain report the same worker or task thread: the larger
                     m[CPU_KEY + name] = max(m.get(CPU_KEY + name, 0.0), float(metric["sum"]))
             lag_key = (DISCOVERY_LAG if vertex["name"].startswith("Source: crawl.frontier")
-                       else OUTCOMES_LAG if vertex["name"].startswith("Source: crawl.outcomes") else None)
+                       else OUTCOMES_LAG if outcomes_source else None)
             if lag_key is not None:
                 names = ids.matching(base, lambda metric_id: metric_id.endswith(".pendingRecords"))
                 for metric in (stack.flink.rest(f"{base}?get={','.join(names)}&agg=sum") or []) if names else []:

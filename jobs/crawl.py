@@ -161,8 +161,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                                 budgets=config.budgets if config.budgets.enabled else None,
                                 census=config.budgets.enabled and config.budgets.domain_shares,
                                 sitemaps=config.sitemaps if config.sitemaps.follow else None)
-    # Keyed on each side, so that lease ends reach the frontier on channels of their own instead of
-    # queueing behind discoveries after a union (decision 1833).
+    # Keyed on each side, where each is decoded: no key-by vertex after the union, one hop and one Python
+    # call per event fewer; each kind reaches the frontier on channels of its own (decision 1833).
     keyed_event = keyed_row_type(Types.STRING(), EVENT_TYPE)
     events = keyed_union(
         decoded.flat_map(_frontier_events, output_type=keyed_event).uid("valid-events").name("valid events"),

@@ -1,12 +1,11 @@
 """A keyed stream made of several streams, each keyed where it is produced (decision 1833).
 
 `a.union(b).key_by(f)` in PyFlink puts the key selector, a Python map, after the union: a vertex of its
-own whose one output channel carries both inputs in arrival order. In front of the frontier that made
-every lease end (`crawl.outcomes`) queue behind buffers of discoveries (`crawl.frontier`): 12-16 s from
-the WARC writer to the frontier in the 5,000-host benchmark, while the outcomes topic itself lagged by
-45 records. Keyed here, each input reaches the keyed operator on channels of its own, and Flink's input
-gate takes buffers from whichever channel has data, so a completion waits behind a buffer or so of
-discoveries, not a queue of them.
+own whose one output channel carries both inputs in arrival order: one more network hop, and one more
+Python call per event in the TaskManager's interpreter. Keyed here, each input reaches the keyed
+operator on channels of its own. In front of the frontier this did not shorten the 12-16 s a lease end
+waits there under a discovery backlog (BENCHMARKS.md #8 step 16: that wait is in the back-pressured
+outcomes source); it is kept for the hop and the call it saves.
 
 Each input must already carry `Row(key, value)` (what PyFlink's own key_by map emits); this module then
 partitions their union by field 0 exactly as `DataStream.key_by` does after its map. It leans on two
