@@ -212,6 +212,19 @@ def _gate_max_wait(doc: dict[str, Any]) -> float:
     return importlib.import_module("udfs.ip_gate").max_wait_for(float(lease), float(total))
 
 
+def _release_target(doc: dict[str, Any]) -> float:
+    """The frontier's release target (decision 1834): its default, plus the longest a completion waits
+    for its WARC file's upload when the root is object storage (decision 0504)."""
+    target = section_class("frontier")().release_target_s
+    root = doc.get("job", {}).get("warc_root", section_class("job")().warc_root)
+    age = doc.get("storage", {}).get("max_file_age_s", section_class("storage")().max_file_age_s)
+    if not isinstance(root, str) or not isinstance(age, (int, float)) or isinstance(age, bool):
+        return target  # the mistyped key is reported by its own section
+    if not importlib.import_module("udfs.storage").is_s3_root(root):
+        return target
+    return target + float(age)
+
+
 # Values with one home elsewhere: unless a deployment sets them explicitly, they follow their source,
 # so changing `fetch.user_agent` also changes which robots.txt group applies (RFC 9309 §2.2.1).
 DERIVED: dict[tuple[str, str], Any] = {
@@ -220,6 +233,8 @@ DERIVED: dict[tuple[str, str], Any] = {
     ("fetch", "robots_max_bytes"): _robots_max_bytes,
     # a request released at the IP gate must be able to finish before its frontier lease expires
     ("ipgate", "max_wait_s"): _gate_max_wait,
+    # held completions wait for their WARC file's upload: the release target covers that wait
+    ("frontier", "release_target_s"): _release_target,
 }
 
 

@@ -122,7 +122,11 @@ class FrontierPolicy:
         come back at its end, at most this late (60 s; decision 1110).
     release_target_s: the time from release to completion the subtask aims at: it keeps at most
         (completions per second × this) leases out, and a ready host past that waits in the frontier
-        for room (20 s; at most a third of `lease_timeout_s` is used; 0 turns the bound off; decision 1618).
+        for room (decision 1618). When the crawl is CPU-bound every lease takes about this long (Little's
+        law), so it is also how soon a busy host's next page can go: 8 s, about twice a lease's trip
+        without queues; with an `s3://` WARC root the default adds `storage.max_file_age_s`, since a
+        completion waits there for its file's upload (decision 1834). At most a third of
+        `lease_timeout_s` is used; 0 turns the bound off.
     min_leases_out: the bound never goes below this many leases per subtask (256).
     max_leases_out: nor above this many (100,000).
     """
@@ -140,7 +144,7 @@ class FrontierPolicy:
     fast_growth_window_s: float = 3_600.0
     control_poll_s: float = 5.0
     due_bucket_s: float = 60.0
-    release_target_s: float = 20.0
+    release_target_s: float = 8.0
     min_leases_out: int = 256
     max_leases_out: int = 100_000
 

@@ -55,6 +55,15 @@ def test_fetch_robots_cap_follows_the_robots_policy():
     assert config.fetch.robots_max_bytes == 600000
 
 
+def test_the_release_target_covers_the_wait_for_an_object_store_upload_unless_set():
+    assert load_config("", []).frontier.release_target_s == 8.0
+    s3 = 'job.warc_root="s3://crawl-bucket/warc"'
+    assert load_config("", [s3]).frontier.release_target_s == 18.0
+    assert load_config("", [s3, "storage.max_file_age_s=30"]).frontier.release_target_s == 38.0
+    assert load_config("", [s3, "frontier.release_target_s=5"]).frontier.release_target_s == 5.0
+    assert load_config("", ["frontier.release_target_s=0"]).frontier.release_target_s == 0.0
+
+
 def test_set_values_are_read_as_toml_when_they_parse():
     assert parse_overrides(["a.b=1", "a.c=true", 'a.d=["x"]', "a.e=plain words"]) == {
         "a": {"b": 1, "c": True, "d": ["x"], "e": "plain words"}}

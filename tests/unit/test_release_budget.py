@@ -83,8 +83,9 @@ def test_a_bad_budget_is_rejected_with_its_values():
 
 
 def test_the_policy_uses_at_most_a_third_of_the_lease_and_zero_turns_it_off():
-    assert fl.FrontierPolicy().lease_budget_s == 20.0
+    assert fl.FrontierPolicy().lease_budget_s == 8.0
     assert fl.FrontierPolicy(lease_timeout_s=15).lease_budget_s == 5.0
+    assert fl.FrontierPolicy(release_target_s=30).lease_budget_s == 20.0
     assert fl.FrontierPolicy(release_target_s=0).lease_budget_s == 0.0
     with pytest.raises(ValueError, match="max_leases_out"):
         fl.FrontierPolicy(min_leases_out=10, max_leases_out=5)
