@@ -136,6 +136,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     env.set_max_parallelism(job.max_parallelism)
     env.set_parallelism(job.parallelism)
     env.enable_checkpointing(job.checkpoint_interval_ms)
+    env.set_buffer_timeout(job.buffer_timeout_ms)
 
     set_python_mode(env, "thread")
     decoded = (sources.frontier(env)

@@ -42,6 +42,12 @@ class JobPolicy:
     # Processing bundles of the Python workers: small bundles keep timers and checkpoints prompt.
     bundle_time_ms: int = 100
     bundle_size: int = 100
+    # Longest a network buffer waits for more records before it is sent on (Flink's buffer timeout; 100 ms
+    # is Flink's own default). With few hosts a host's next page waits for its last completion's return,
+    # which crosses several such hops and the Python workers' bundles: 10 ms here with `bundle_time_ms`
+    # 20 made a 200-host crawl 62% faster, but cost 15% of the rate at 5,000 hosts, where CPU is the
+    # limit (decision 1835, BENCHMARKS.md #8 step 18). Full buffers go at once whatever it is.
+    buffer_timeout_ms: int = 100
 
     @property
     def slots(self) -> int:
@@ -62,7 +68,7 @@ class JobPolicy:
 
     def __post_init__(self) -> None:
         for name in ("parallelism", "max_parallelism", "checkpoint_interval_ms", "fetch_capacity",
-                     "fetch_parallelism", "bundle_time_ms", "bundle_size"):
+                     "fetch_parallelism", "bundle_time_ms", "bundle_size", "buffer_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.parse_parallelism is not None and self.parse_parallelism < 1:

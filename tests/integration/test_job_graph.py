@@ -13,14 +13,18 @@ from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
 from udfs.config import load_config
 
 
-def _plan(tmp_path: Path, connector_jar: Path, *settings: str) -> list[dict[str, Any]]:
+def _built(tmp_path: Path, connector_jar: Path, *settings: str) -> StreamExecutionEnvironment:
     config = load_config("", [f'job.warc_root="{tmp_path / "warc"}"', *settings])
     env = StreamExecutionEnvironment.get_execution_environment()
     configure_env(env, config, sys.executable)
     env.add_jars(connector_jar.as_uri())
     # Port 9 (discard): nothing connects while the graph is only built.
     build_pipeline(env, kafka_source("127.0.0.1:9", "graph-test"), kafka_sinks("127.0.0.1:9"), config)
-    return json.loads(env.get_execution_plan())["nodes"]
+    return env
+
+
+def _plan(tmp_path: Path, connector_jar: Path, *settings: str) -> list[dict[str, Any]]:
+    return json.loads(_built(tmp_path, connector_jar, *settings).get_execution_plan())["nodes"]
 
 
 def _named(nodes: list[dict[str, Any]], name: str) -> dict[str, Any]:
@@ -56,3 +60,9 @@ def test_lease_ends_and_discoveries_reach_the_frontier_on_edges_of_their_own(tmp
     assert sorted(keyed) == ["valid events", "valid outcomes"]
     assert not [node for node in nodes if node["contents"].startswith("_stream_key_by_map_operator")
                 and any(by_id[edge["id"]]["contents"].startswith("valid") for edge in node["predecessors"])]
+
+
+def test_network_buffers_wait_at_most_the_jobs_buffer_timeout(tmp_path: Path, flink_connector_jar: Path) -> None:
+    """Decision 1835: the job sets Flink's buffer timeout itself (`job.buffer_timeout_ms`), whatever the cluster says."""
+    assert _built(tmp_path, flink_connector_jar).get_buffer_timeout() == 100
+    assert _built(tmp_path, flink_connector_jar, "job.buffer_timeout_ms=10").get_buffer_timeout() == 10
