@@ -4,8 +4,8 @@
 own whose one output channel carries both inputs in arrival order: one more network hop, and one more
 Python call per event in the TaskManager's interpreter. Keyed here, each input reaches the keyed
 operator on channels of its own. In front of the frontier this did not shorten the 12-16 s a lease end
-waits there under a discovery backlog (BENCHMARKS.md #8 step 16: that wait is in the back-pressured
-outcomes source); it is kept for the hop and the call it saves.
+waited there (BENCHMARKS.md #8 step 16): that wait was the release bound's own queue (decision 1834),
+not the union's. It is kept for the hop and the call it saves.
 
 Each input must already carry `Row(key, value)` (what PyFlink's own key_by map emits); this module then
 partitions their union by field 0 exactly as `DataStream.key_by` does after its map. It leans on two

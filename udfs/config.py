@@ -101,6 +101,11 @@ def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _is_number(value: Any) -> bool:
+    """An int or float as TOML gives it; not a bool, which Python counts as an int."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _coerce(value: Any, annotation: Any, where: str) -> Any:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -141,7 +146,7 @@ def _coerce(value: Any, annotation: Any, where: str) -> Any:
             return value
         raise ConfigError(f"{where}: expected an integer, got {value!r}")
     if annotation is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if _is_number(value):
             return float(value)
         raise ConfigError(f"{where}: expected a number, got {value!r}")
     if annotation is str:
@@ -207,7 +212,7 @@ def _robots_max_bytes(doc: dict[str, Any]) -> int:
 def _gate_max_wait(doc: dict[str, Any]) -> float:
     lease = doc.get("frontier", {}).get("lease_timeout_s", section_class("frontier")().lease_timeout_s)
     total = doc.get("fetch", {}).get("total_timeout_s", section_class("fetch")().total_timeout_s)
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (lease, total)):
+    if not (_is_number(lease) and _is_number(total)):
         return section_class("ipgate")().max_wait_s  # the mistyped key is reported by its own section
     return importlib.import_module("udfs.ip_gate").max_wait_for(float(lease), float(total))
 
@@ -218,7 +223,7 @@ def _release_target(doc: dict[str, Any]) -> float:
     target = section_class("frontier")().release_target_s
     root = doc.get("job", {}).get("warc_root", section_class("job")().warc_root)
     age = doc.get("storage", {}).get("max_file_age_s", section_class("storage")().max_file_age_s)
-    if not isinstance(root, str) or not isinstance(age, (int, float)) or isinstance(age, bool):
+    if not isinstance(root, str) or not _is_number(age):
         return target  # the mistyped key is reported by its own section
     if not importlib.import_module("udfs.storage").is_s3_root(root):
         return target

@@ -123,9 +123,9 @@ class FrontierPolicy:
     release_target_s: the time from release to completion the subtask aims at: it keeps at most
         (completions per second × this) leases out, and a ready host past that waits in the frontier
         for room (decision 1618). When the crawl is CPU-bound every lease takes about this long (Little's
-        law), so it is also how soon a busy host's next page can go: 8 s, about twice a lease's trip
-        without queues on the real web (1.3 s on the loopback web, BENCHMARKS.md #8 step 18, plus the
-        sites' own fetch times); with an `s3://` WARC root the default adds `storage.max_file_age_s`,
+        law), so it is also how soon a busy host's next page can go: 8 s, room for a lease's trip
+        without queues (1.3 s on the loopback web, BENCHMARKS.md #8 step 18) plus the sites' own fetch
+        times; with an `s3://` WARC root the default adds `storage.max_file_age_s`,
         since a completion waits there for its file's upload (decision 1834). At most a third of
         `lease_timeout_s` is used; 0 turns the bound off.
     min_leases_out: the bound never goes below this many leases per subtask (256).
