@@ -74,3 +74,13 @@ def test_printed_defaults_are_valid_toml_and_load_back_unchanged():
     text = defaults_as_toml()
     assert defaults_as_toml(load_config(text)) == text
     assert set(tomllib.loads(text)) == set(SECTIONS)
+
+
+def test_the_demo_sets_the_few_host_latency_settings_and_the_defaults_stay_for_many_hosts():
+    from crawler.demo import DEMO_SETTINGS
+
+    job = load_config().job
+    assert (job.bundle_time_ms, job.bundle_size, job.buffer_timeout_ms) == (100, 100, 100)
+    demo = load_config("", DEMO_SETTINGS)
+    assert (demo.job.bundle_time_ms, demo.job.buffer_timeout_ms) == (20, 10)
+    assert demo.politeness.default_delay_s == 0.5
