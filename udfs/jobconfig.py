@@ -45,8 +45,9 @@ class JobPolicy:
     # Longest a network buffer waits for more records before it is sent on (Flink's buffer timeout; 100 ms
     # is Flink's own default). With few hosts a host's next page waits for its last completion's return,
     # which crosses several such hops and the Python workers' bundles: 10 ms here with `bundle_time_ms`
-    # 20 made a 200-host crawl 62% faster, but cost 15% of the rate at 5,000 hosts, where CPU is the
-    # limit (decision 1835, BENCHMARKS.md #8 step 18). Full buffers go at once whatever it is.
+    # 20 made a 200-host crawl 62% faster, but cost 13-20% of the rate at 5,000 hosts (128.6 pages/s against
+    # 148.3-161.1), where CPU is the limit (decision 1835, BENCHMARKS.md #8 step 18). Full buffers go at
+    # once whatever it is.
     buffer_timeout_ms: int = 100
 
     @property
