@@ -36,6 +36,7 @@ from pyflink.datastream.functions import RuntimeContext
 from operators.cpu import register_worker_cpu
 from operators.dedup import BUNDLE_TYPE, Probe, add_dedup, join_key
 from operators.fetch_loop import GATE_COUNTS, FetchLoop
+from operators.heap import freeze_startup_heap, thaw_heap
 from operators.modes import set_python_mode
 from operators.parse import ParseFunction, is_probe, is_robots, is_tdmrep, probe_outputs, robots_output, tdmrep_outputs
 from operators.resolver import GuardedResolver, ResolveFailure, load_pins
@@ -375,11 +376,13 @@ class FetchFunction(KeyedProcessFunction):
             _FetchMetrics(fetch_group, self._tally, fetcher.resolver, self._loop.occupancy)
             register_worker_cpu(fetch_group)
             _GateMetrics(metrics.add_group("ipgate"), self._loop)
+        freeze_startup_heap()
 
     def close(self) -> None:
         if self._loop is not None:
             self._loop.stop()
             self._loop = None
+        thaw_heap()
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context):
         loop = self._loop

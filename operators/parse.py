@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
 from operators.cpu import register_worker_cpu
+from operators.heap import freeze_startup_heap, thaw_heap
 
 from udfs.dedup import DedupVerdict
 from udfs.fetch_status import (header_value, is_archived, is_complete_page, is_not_modified, retry_after_seconds,
@@ -270,6 +271,10 @@ class ParseFunction(FlatMapFunction):
         group.gauge("latency_p50_us", functools.partial(self._percentile_us, 0.5))
         group.gauge("latency_p95_us", functools.partial(self._percentile_us, 0.95))
         register_worker_cpu(group)
+        freeze_startup_heap()
+
+    def close(self) -> None:
+        thaw_heap()
 
     def _percentile_us(self, quantile: float) -> int:
         return micros(self._latency.percentiles(quantile)[0])

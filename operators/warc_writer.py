@@ -48,6 +48,7 @@ from pyflink.datastream.functions import KeyedCoProcessFunction, RuntimeContext
 from crawler.durable import fsync_path
 from operators.cpu import register_worker_cpu
 from operators.dedup import Probe, join_key, needs_dedup, unpaired_verdict
+from operators.heap import freeze_startup_heap, thaw_heap
 from operators.object_store import ObjectStore
 from operators.parse import ParsedBundle, payload_length
 from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
@@ -834,11 +835,13 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         register_worker_cpu(group)
         fetch_group = runtime_context.get_metrics_group().add_group("fetch")
         self._counters.update({status.value: fetch_group.counter(status.value) for status in FetchStatus})
+        freeze_startup_heap()
 
     def close(self) -> None:
         if self._archiver is not None:
             self._archiver.close()
             self._archiver = None
+        thaw_heap()
 
     def process_element1(self, value: ParsedBundle, ctx: KeyedCoProcessFunction.Context) -> Iterator[Event]:
         if self._dedup is None or not needs_dedup(value, self._dedup):

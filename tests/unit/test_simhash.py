@@ -3,11 +3,13 @@ from __future__ import annotations
 
 import itertools
 
+import mmh3
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.simhash import band_keys, hamming, simhash, tokens
+from udfs.simhash import _SEED, band_keys, hamming, simhash, tokens
 
 FP = st.integers(min_value=0, max_value=(1 << 64) - 1)
 
@@ -25,6 +27,33 @@ def flip(fp: int, positions: list[int]) -> int:
 ])
 def test_simhash_golden_values(text: str, expected: int) -> None:
     assert simhash(text) == expected
+
+
+def _splitmix_finaliser(x: int) -> int:
+    mask = (1 << 64) - 1
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & mask
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & mask
+    return x ^ (x >> 31)
+
+
+def _one_vote_per_occurrence(text: str) -> int:
+    """The definition for one-word shingles, without numpy: every occurrence of a word votes."""
+    words = tokens(text)
+    votes = [0] * 64
+    for word in words:
+        h = _splitmix_finaliser(mmh3.hash64(word, _SEED, signed=False)[0])
+        for bit in range(64):
+            votes[bit] += (h >> bit) & 1
+    return sum(1 << bit for bit in range(64) if votes[bit] * 2 > len(words))
+
+
+@settings(max_examples=200)
+@given(st.lists(st.sampled_from(["the", "a", "crawler", "Ünïcödé", "東京", "x1", "word_two", "ß"]), max_size=60))
+def test_counting_each_distinct_word_once_gives_the_per_occurrence_fingerprint(words: list[str]) -> None:
+    text = " ".join(words)
+    assert simhash(text) == _one_vote_per_occurrence(text)
 
 
 def test_simhash_is_64_bit_and_deterministic() -> None:
