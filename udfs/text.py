@@ -113,36 +113,10 @@ def decode_html(body: bytes, content_type: str = "") -> tuple[str, str]:
     Order: BOM, Content-Type charset, `<meta>` prescan, valid UTF-8, detector, UTF-8 with
     replacement. Undecodable bytes become U+FFFD. Never raises.
     """
-    return _bom_decoded(body) or _decoded(body, _declared_charset(body, content_type))
-
-
-def html_for_parser(body: bytes, content_type: str = "") -> tuple[str | bytes, str]:
-    """What to give lexbor, and the charset `decode_html` chooses (decision 1838).
-
-    A body without a BOM whose declared charset (Content-Type, else the `<meta>` prescan) is UTF-8
-    goes as its own bytes: lexbor reads UTF-8 as it is, and replaces an invalid sequence with U+FFFD
-    as Python's "replace" does, so the tree is the one `decode_html`'s text gives, without decoding
-    the page to str for lexbor to encode it back. Any other body gets `decode_html`'s text.
-    """
-    if (by_bom := _bom_decoded(body)) is not None:
-        return by_bom
-    declared = _declared_charset(body, content_type)
-    return (body, "utf-8") if declared == "utf-8" else _decoded(body, declared)
-
-
-def _bom_decoded(body: bytes) -> tuple[str, str] | None:
     for bom, name in _BOMS:
         if body.startswith(bom):
             return body[len(bom):].decode(name, "replace"), name
-    return None
-
-
-def _declared_charset(body: bytes, content_type: str) -> str | None:
-    return charset_from_content_type(content_type) or sniff_meta_charset(body)
-
-
-def _decoded(body: bytes, declared: str | None) -> tuple[str, str]:
-    """The body decoded by its declared charset, else as valid UTF-8, else by the detector's guess."""
+    declared = charset_from_content_type(content_type) or sniff_meta_charset(body)
     if declared is not None:
         try:
             return body.decode(declared, "replace"), declared
@@ -157,6 +131,23 @@ def _decoded(body: bytes, declared: str | None) -> tuple[str, str]:
         return body.decode(guess, "replace"), guess
     except (LookupError, ValueError):
         return body.decode("utf-8", "replace"), "utf-8"
+
+
+_BOM_PREFIXES = tuple(bom for bom, _ in _BOMS)
+
+
+def html_for_parser(body: bytes, content_type: str = "") -> tuple[str | bytes, str]:
+    """What to give lexbor, and the charset `decode_html` chooses (decision 1838).
+
+    A body without a BOM whose declared charset (Content-Type, else the `<meta>` prescan) is UTF-8
+    goes as its own bytes: lexbor reads UTF-8 as it is, and replaces an invalid sequence with U+FFFD
+    as Python's "replace" does, so the tree is the one `decode_html`'s text gives, without decoding
+    the page to str for lexbor to encode it back. Any other body gets `decode_html`'s text.
+    """
+    if not body.startswith(_BOM_PREFIXES):
+        if (charset_from_content_type(content_type) or sniff_meta_charset(body)) == "utf-8":
+            return body, "utf-8"
+    return decode_html(body, content_type)
 
 
 def squash(text: str, limit: int | None = None) -> str:
