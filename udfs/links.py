@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
 from udfs.optout import meta_names
-from udfs.text import detect_language, html_for_parser, primary_language, squash
+from udfs.text import decode_html, detect_language, primary_language, squash
 from udfs.urls import DEFAULT_URL_POLICY, normalize_url, written_order
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ def _extract_html(
     head_only: Extraction,
     meta_names: frozenset[str],
 ) -> Extraction:
-    html, charset = html_for_parser(body, content_type)
+    html, charset = decode_html(body, content_type)
     # Parsed as a browser with scripting enabled (as Googlebot renders): <noscript> content is text, so
     # a tracking pixel in <noscript> cannot push <link rel=canonical> out of <head>, and a <base> or
     # refresh inside <noscript> is not obeyed (docs/decisions/0300).

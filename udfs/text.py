@@ -133,23 +133,6 @@ def decode_html(body: bytes, content_type: str = "") -> tuple[str, str]:
         return body.decode("utf-8", "replace"), "utf-8"
 
 
-_BOM_PREFIXES = tuple(bom for bom, _ in _BOMS)
-
-
-def html_for_parser(body: bytes, content_type: str = "") -> tuple[str | bytes, str]:
-    """What to give lexbor, and the charset `decode_html` chooses (decision 1838).
-
-    A body without a BOM whose declared charset (Content-Type, else the `<meta>` prescan) is UTF-8
-    goes as its own bytes: lexbor reads UTF-8 as it is, and replaces an invalid sequence with U+FFFD
-    as Python's "replace" does, so the tree is the one `decode_html`'s text gives, without decoding
-    the page to str for lexbor to encode it back. Any other body gets `decode_html`'s text.
-    """
-    if not body.startswith(_BOM_PREFIXES):
-        if (charset_from_content_type(content_type) or sniff_meta_charset(body)) == "utf-8":
-            return body, "utf-8"
-    return decode_html(body, content_type)
-
-
 def squash(text: str, limit: int | None = None) -> str:
     """Infra §4.6 "strip and collapse whitespace" (over all Unicode whitespace); cut to `limit` characters."""
     out = " ".join(text.split())
