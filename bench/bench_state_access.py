@@ -3,8 +3,9 @@
 A `KeyedProcessFunction` in thread mode (the frontier's and dedup's mode) on a local MiniCluster with
 the RocksDB backend times, on its task thread (`time.thread_time`), `--accesses` accesses of one kind
 per element: MapState put, one `put_all` of as many entries, MapState get, ValueState read of a short
-string, and read and write of a row as long as a frontier host row. Each kind runs on `--keys` keys per
-round for `--rounds` rounds; the first round is warm-up. Prints the median and p10 per access.
+string, read and write of a row as long as a frontier host row, and a metric counter's `inc`. Each
+kind runs on `--keys` keys per round for `--rounds` rounds; the first round is warm-up. Prints the
+median and p10 per access.
 `python -m bench.bench_state_access [--keys 300 --rounds 3 --accesses 50 --row-chars 1500]`.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from jobs.crawl import python_worker_settings
 
-KINDS = ("map_put", "map_put_all", "map_get", "value_read", "row_read", "row_write")
+KINDS = ("map_put", "map_put_all", "map_get", "value_read", "row_read", "row_write", "counter_inc")
 MAP_VALUE = "x" * 120   # about a URL-table row
 
 
@@ -36,6 +37,7 @@ class TimedAccess(KeyedProcessFunction):
     def open(self, runtime_context: Any) -> None:
         self._map = runtime_context.get_map_state(MapStateDescriptor("map", Types.LONG(), Types.STRING()))
         self._value = runtime_context.get_state(ValueStateDescriptor("value", Types.STRING()))
+        self._counter = runtime_context.get_metrics_group().counter("timed")
 
     def process_element(self, value: tuple[str, str], ctx: KeyedProcessFunction.Context) -> Iterator[tuple[str, float]]:
         kind, n = value[1], self._accesses
@@ -61,6 +63,9 @@ class TimedAccess(KeyedProcessFunction):
         elif kind == "row_write":
             for _ in keys:
                 self._value.update(self._row)
+        elif kind == "counter_inc":
+            for _ in keys:
+                self._counter.inc()
         yield kind, (time.thread_time() - started) / n * 1e6
 
 

@@ -231,7 +231,7 @@ class HostFrontier:
         self.count, self.parse_rules = count, parse_rules
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self._rules: OrderedDict[str, tuple[float, fl.RulesLike]] = OrderedDict()
-        self._states: OrderedDict[str, tuple[str, fl.HostState]] = OrderedDict()  # host → (row, parsed)
+        self._states: OrderedDict[str, fl.HostState] = OrderedDict()  # host → its row as last written, parsed
         self._states_cache_size = states_cache_size
         self._rules_cache_size = rules_cache_size
 
@@ -708,22 +708,21 @@ class HostFrontier:
                        census, tuple(self._outbox))
 
     def _load(self, host: str) -> fl.HostState:
-        """The host's row, parsed; the last row this run wrote for the host is reused while the stored
-        text is still that row (a string compare instead of a JSON parse per event)."""
-        row = self.host_row.value()
+        """The host's row, parsed. The last row this frontier wrote for the host is the row in state:
+        `_store` is its only writer, and a restore or rescale opens a new frontier with an empty cache.
+        So a cached host costs neither a state read nor a JSON parse (decision 1838)."""
         cached = self._states.get(host)
-        if cached is not None and row is not None and cached[0] == row:
+        if cached is not None:
             self._states.move_to_end(host)
-            return cached[1]
-        return fl.HostState.from_row(row)
+            return cached
+        return fl.HostState.from_row(self.host_row.value())
 
     def _store(self, host: str, state: fl.HostState, before: fl.HostState) -> None:
         """Write the host row unless the event left it as it was (most events of known URLs do)."""
         if state == before and host in self._states:
             return
-        row = state.to_row()
-        self.host_row.update(row)
-        self._states[host] = (row, state)
+        self.host_row.update(state.to_row())
+        self._states[host] = state
         self._states.move_to_end(host)
         while len(self._states) > self._states_cache_size:
             self._states.popitem(last=False)

@@ -84,16 +84,22 @@ class Harness:
         self.host_row, self.body, self.slots, self.urls = Value(), Value(), Map(), Map()
         self.counts: collections.Counter[str] = collections.Counter()
         self.parses = 0
-        self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, parse or self._parse,
-                                     policy, politeness, robots_policy, controls=controls, soft404=soft404,
-                                     budgets=budgets, census=census, sitemaps=sitemaps,
-                                     optout=optout or DEFAULT_OPTOUT_POLICY, tdmrep_body=tdmrep_body)
+        self._open = lambda: HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count,
+                                          parse or self._parse, policy, politeness, robots_policy,
+                                          controls=controls, soft404=soft404, budgets=budgets, census=census,
+                                          sitemaps=sitemaps, optout=optout or DEFAULT_OPTOUT_POLICY,
+                                          tdmrep_body=tdmrep_body)
+        self.frontier = self._open()
         self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
         self.census: list[tuple[float, dict]] = []   # questions to the domain census (decision 1811)
         self.events: list[tuple[str, str, bytes]] = []  # records for other hosts' keys (decision 1812)
         self.now = T0
         self.timers: set[int] = set()
         self.sent: list[tuple[float, dict]] = []
+
+    def restart(self) -> None:
+        """A new frontier over the same state, as after a restore: it reads the rows as they are stored."""
+        self.frontier = self._open()
 
     def _count(self, name: str) -> None:
         assert name in METRICS, name
@@ -249,6 +255,36 @@ def test_rules_are_parsed_once_then_cached_and_reparsed_after_a_refresh():
     h.frontier = fresh
     h.discover("/private/z")
     assert h.parses == 2 and h.counts["dropped_robots_disallowed"] == 1
+
+
+class CountingValue:
+    """A ValueState that counts the frontier's reads."""
+
+    def __init__(self, stored: Value) -> None:
+        self.stored, self.reads = stored, 0
+
+    def value(self):
+        self.reads += 1
+        return self.stored.value()
+
+    def update(self, v) -> None:
+        self.stored.update(v)
+
+
+def test_a_host_row_is_read_from_state_once_per_run_of_the_frontier():
+    h = Harness(politeness=PolitenessPolicy(default_delay_s=0.5, min_delay_s=0.0))
+    h.frontier.host_row = stored = CountingValue(h.host_row)
+    (robots,) = h.discover("/a", "/b")
+    h.robots(robots)
+    for _ in range(2):
+        (page,) = h.advance(1)
+        h.complete(page)
+    assert stored.reads == 1   # the first event: a host this frontier has not written yet
+    h.restart()                # a restore: the new frontier reads the row it finds, then keeps its own
+    h.frontier.host_row = stored = CountingValue(h.host_row)
+    h.discover("/c")
+    (page,) = h.advance(1)
+    assert page["url"].endswith("/c") and stored.reads == 1
 
 
 def test_robots_expire_after_the_ttl_and_are_fetched_again():

@@ -223,6 +223,7 @@ def test_the_probe_of_a_host_once_found_serving_soft_404s_is_fetched_again_whate
     (probe,) = h.advance(1.0)
     h.event(_probe_event(probe))                     # answered 200: the host serves soft 404s
     h.host_row.update(fl.replace(h.state, robots_expires_at=0.0, tdmrep_expires_at=0.0).to_row())
+    h.restart()                                      # (read back from state, as after a restore)
     h.now = T0 + 31 * 86_400.0                       # every answer has expired
     _preflight(h, "/b", 404)
     (probe,) = h.advance(1.0)
