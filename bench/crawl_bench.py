@@ -303,6 +303,18 @@ def urls_judged(counters: Mapping[str, float]) -> float:
     return sum(value for name, value in counters.items() if name == "admitted" or name.startswith("dropped_"))
 
 
+def frontier_cpu_per_url(figures: Mapping[str, Any]) -> float | None:
+    """CPU seconds of the frontier's vertex per URL it judged in the window: its CPU per page times pages
+    per second over URLs judged per second. While discoveries wait for it, the frontier spends what it
+    saves on more of them (#8 step 21), so this, not its CPU per page, shows it getting cheaper."""
+    judged = (figures.get("discovery_lag") or {}).get("judged_per_s")
+    rate = figures.get("pages_per_s")
+    frontier = [cpu for name, cpu in figures.get("cpu_by_operator") or () if name.startswith("frontier")]
+    if not judged or not rate or len(frontier) != 1:
+        return None
+    return frontier[0] * rate / judged
+
+
 def politeness_ceiling(delays: Iterable[float | None]) -> float:
     """Spec: issue #8 "the politeness ceiling (sum over hosts of 1/delay)"; None = a host not crawlable."""
     return sum(1.0 / d for d in delays if d is not None and d > 0)
@@ -464,6 +476,10 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                 per_page = lag["judged_per_s"] / ours["pages_per_s"] if ours.get("pages_per_s") else None
                 line += (f"; the frontier judged {lag['judged_per_s']:,.0f} URLs a second in the window (admitted "
                          f"or dropped; {_fmt(per_page, 1)} per fetched page): while it lags, its CPU follows this")
+                per_url = frontier_cpu_per_url(ours)
+                if per_url is not None:
+                    line += (f", {per_url * 1e6:,.0f} µs of its thread's CPU a URL judged (what a faster frontier "
+                             "lowers while its CPU per page stays)")
             if "outcomes_pending" in lag:
                 line += (f"; lease ends waiting on crawl.outcomes (its source's lag): {lag['outcomes_pending']:,.0f} "
                          f"on average, that source back-pressured {lag.get('outcomes_backpressured_ms', 0.0):,.0f} ms/s")

@@ -350,6 +350,19 @@ def test_markdown_reports_the_lag_and_the_urls_judged_per_page_when_the_run_meas
     result["crawlers"]["ours"]["discovery_lag"]["judged_per_s"] = 1_500.0
     md = cb.render_markdown(result)
     assert "the frontier judged 1,500 URLs a second in the window (admitted or dropped; 15.0 per fetched page)" in md
+    assert "a URL judged" not in md   # the run measured no CPU per operator
+
+
+def test_the_frontier_cpu_per_url_judged_is_its_cpu_per_page_at_the_page_rate_over_the_urls_judged() -> None:
+    figures = {"pages_per_s": 100.0, "discovery_lag": {"judged_per_s": 2_000.0},
+               "cpu_by_operator": [["parse -> (dedup probe)", 0.004], ["frontier -> (Map)", 0.002]]}
+    assert cb.frontier_cpu_per_url(figures) == pytest.approx(100e-6)
+    assert cb.frontier_cpu_per_url({**figures, "cpu_by_operator": []}) is None
+    assert cb.frontier_cpu_per_url({**figures, "discovery_lag": {}}) is None
+    result = copy.deepcopy(RESULT)
+    result["crawlers"]["ours"].update(figures)
+    result["crawlers"]["ours"]["discovery_lag"].update(at_end=5_000.0, growth_per_s=12.5)
+    assert "100 µs of its thread's CPU a URL judged" in cb.render_markdown(result)
 
 
 def _cpu_sample(at: float, taskmanager: float, parse: float, fetch: float, frontier: float) -> cb.Sample:
