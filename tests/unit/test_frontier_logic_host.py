@@ -249,10 +249,7 @@ def test_rules_are_parsed_once_then_cached_and_reparsed_after_a_refresh():
         (page,) = h.advance(1)
         h.complete(page)
     assert h.parses == 1
-    # a new process (failover): the cache is empty and is rebuilt from the stored body
-    fresh = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, h._parse, h.policy, h.politeness,
-                         h.robots_policy)
-    h.frontier = fresh
+    h.restart()   # a new process (failover): the cache is empty and is rebuilt from the stored body
     h.discover("/private/z")
     assert h.parses == 2 and h.counts["dropped_robots_disallowed"] == 1
 

@@ -269,9 +269,7 @@ def test_trap_urls_are_counted_by_reason_and_never_touch_the_url_table():
 def test_the_session_summary_survives_a_restart_in_the_host_row():
     h = Harness()
     discover(h, *(entry(f"/cart?sid=abc12345{c}") for c in "xyz"))
-    from operators.frontier import HostFrontier
-    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, h._parse, h.policy, h.politeness,
-                              h.robots_policy)
+    h.restart()
     discover(h, entry("/cart?sid=abc12345w"))
     assert h.counts["dropped_trap_session_id_churn"] == 1
 
