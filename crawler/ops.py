@@ -185,6 +185,29 @@ def wait_running(cluster: FlinkCluster, job_id: str, timeout_s: float = 180.0) -
     return state
 
 
+def failure_summary(stacktrace: str) -> str:
+    """A Java stack trace in one line: its first line and its innermost `Caused by:` (the root cause),
+    which is what an operator needs to tell a bad savepoint from a lost TaskManager."""
+    lines = [line.strip() for line in stacktrace.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    causes = [line for line in lines if line.startswith("Caused by:")]
+    return lines[0] if not causes or causes[-1] == lines[0] else f"{lines[0]} ... {causes[-1]}"
+
+
+def last_failure(cluster: FlinkCluster, job_id: str) -> str:
+    """The job's newest failure from its exception history (`/jobs/<id>/exceptions`), in one line with
+    the task it hit; "" if the cluster recorded none."""
+    exceptions = cluster.rest(f"/jobs/{job_id}/exceptions") or {}
+    history = (exceptions.get("exceptionHistory") or {}).get("entries") or []
+    if not history:   # older clusters also give the root exception alone
+        return failure_summary(exceptions.get("root-exception") or "")
+    newest = max(history, key=lambda entry: entry.get("timestamp") or 0)
+    summary = failure_summary(newest.get("stacktrace") or newest.get("exceptionName") or "")
+    task = newest.get("taskName")
+    return f"{summary} (in {task})" if task else summary
+
+
 # --- the `crawler` subcommands of this module (see crawler/cli.py) -----------------------------------
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -217,8 +240,12 @@ def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     done = upgrade(cluster, job_id=args.job_id, overrides=overrides, savepoint_dir=args.savepoint_dir,
                    allow_non_restored_state=args.allow_non_restored_state)
     state = wait_running(cluster, done.new_job)
-    print(json.dumps({"stopped": done.old_job, "savepoint": done.savepoint, "started": done.new_job,
-                      "state": state, "dashboard": f"{cluster.rest_url}/#/job/running/{done.new_job}/overview"}))
+    outcome = {"stopped": done.old_job, "savepoint": done.savepoint, "started": done.new_job, "state": state,
+               "dashboard": f"{cluster.rest_url}/#/job/running/{done.new_job}/overview"}
+    if state != "RUNNING":
+        # Why the new job is not running, so the operator need not dig it out of the dashboard.
+        outcome["failure"] = last_failure(cluster, done.new_job) or "no failure recorded"
+    print(json.dumps(outcome))
     return 0 if state == "RUNNING" else 1
 
 

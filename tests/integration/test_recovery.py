@@ -15,6 +15,7 @@ import gzip
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -31,7 +32,7 @@ from crawler import kafka_io
 from crawler.crawl import RunSpec, seed_events, submit
 from crawler.flink_cluster import FlinkCluster
 from crawler.kafka_broker import KafkaBroker
-from crawler.ops import job_overview, wait_running
+from crawler.ops import job_overview, last_failure, wait_running
 from operators.warc_writer import (Location, WarcFiles, WarcFileSettings, capture_records, owned_folders,
                                    repair_file)
 from tests.integration.harness import free_port
@@ -419,6 +420,7 @@ def killed(cluster: FlinkCluster, kafka_broker: KafkaBroker,
         crawl.crawl_until(lambda: _restored(cluster, crawl.job_id) is not None, 90, "waiting for the restart")
         restored = _restored(cluster, crawl.job_id)
         assert wait_running(cluster, crawl.job_id) == "RUNNING"
+        failure = last_failure(cluster, crawl.job_id)
         crawl.crawl_until(crawl.finished, 150, "crawling to the end after the restart")
     finally:
         crawl.stop()
@@ -441,16 +443,23 @@ def killed(cluster: FlinkCluster, kafka_broker: KafkaBroker,
     print(f"\nrecovery: {len(requests)} page requests, {len(window)} from the restored checkpoint to the kill, "
           f"{sum(n - 1 for n in repeats.values())} repeated; checkpoint {killed_at - checkpoint_at:.1f} s before "
           f"the kill; {len(orphans)} orphaned Python worker process(es) of the killed TaskManager ended; "
-          f"{len(violations)} politeness violation(s)")
+          f"{len(violations)} politeness violation(s); the job's last failure: {failure}")
     return SimpleNamespace(crawl=crawl, work=work, restored=restored, checkpoint_at=checkpoint_at,
                            killed_at=killed_at, killed_mono=killed_mono, window=window, repeats=repeats,
-                           torn=torn, violations=violations)
+                           torn=torn, violations=violations, failure=failure)
 
 
 @pytest.mark.integration
 def test_the_job_restarts_by_itself_from_its_last_checkpoint(killed: SimpleNamespace) -> None:
     assert not killed.restored["is_savepoint"]
     assert killed.killed_at - killed.checkpoint_at <= CHECKPOINT_MS / 1000 * 2 + 5
+
+
+@pytest.mark.integration
+def test_the_kill_is_the_jobs_last_failure_in_one_line(killed: SimpleNamespace) -> None:
+    # What `crawler upgrade` prints when a new job fails: read from the cluster's exception history.
+    assert re.match(r"[\w.$]+(Exception|Error)\b", killed.failure), killed.failure
+    assert "\n" not in killed.failure
 
 
 @pytest.mark.integration

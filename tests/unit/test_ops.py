@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from crawler.cli import build_parser, main
-from crawler.ops import (JOB_ARGS_KEY, UpgradeError, check_job_config, job_args, job_id_of, run_command,
-                         running_crawl_job, savepoint_of, with_overrides)
+from crawler.ops import (JOB_ARGS_KEY, UpgradeError, check_job_config, failure_summary, job_args, job_id_of,
+                         run_command, running_crawl_job, savepoint_of, with_overrides)
 from tests.integration.harness import free_port
 
 RUNNING = {"jid": "a" * 32, "name": "crawl run1", "state": "RUNNING"}
@@ -108,6 +108,19 @@ def test_savepoint_path_and_job_id_are_read_from_flink_output():
     assert savepoint_of("org.apache.flink.util.FlinkException: Could not stop with a savepoint") is None
     assert job_id_of("Job has been submitted with JobID 0123456789abcdef0123456789abcdef") == "0123456789abcdef0123456789abcdef"
     assert job_id_of("error") is None
+
+
+def test_a_failure_is_summarised_by_its_first_line_and_its_root_cause():
+    trace = ("org.apache.flink.runtime.JobException: Recovery is suppressed by FixedDelayRestartBackoffTimeStrategy\n"
+             "\tat org.apache.flink.runtime.executiongraph.failover.ExecutionFailureHandler.handleFailure(X.java:1)\n"
+             "Caused by: java.lang.RuntimeException: Error while restoring\n\tat a.b(C.java:2)\n"
+             "Caused by: java.io.FileNotFoundException: /sp/_metadata (No such file or directory)\n\t... 9 more\n")
+    assert failure_summary(trace) == ("org.apache.flink.runtime.JobException: Recovery is suppressed by "
+                                      "FixedDelayRestartBackoffTimeStrategy ... Caused by: java.io.FileNotFoundException: "
+                                      "/sp/_metadata (No such file or directory)")
+    assert failure_summary("java.lang.OutOfMemoryError: Java heap space\n\tat x.y(Z.java:3)") == \
+        "java.lang.OutOfMemoryError: Java heap space"
+    assert failure_summary("") == ""
 
 
 @pytest.mark.parametrize("command", ["upgrade", "rescale"])
