@@ -4,7 +4,7 @@
 
 1. builds the web description (`--min-pages`/`--max-pages` size the sites) and measures the web
    server's own capacity (`tests/synthweb/bench.py`, page GETs, gzip);
-2. starts a private stack (Kafka + Flink session cluster under .cache/bench-stack) and a fresh web
+2. starts a private stack (Kafka + Flink session cluster under .cache/bench-stack, topics emptied) and a fresh web
    server, runs `jobs/crawl.py` through the `crawler crawl` machinery (WARC and Kafka publishing on),
    samples CPU from /proc and Flink REST metrics, stops it with a savepoint, reads the topics back,
    then stops the stack;
@@ -779,6 +779,11 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
     shutil.rmtree(out, ignore_errors=True)
     (out / "web").mkdir(parents=True)
     stack = Stack(StackConfig(state_dir=BENCH_STATE, taskmanagers=spec.taskmanagers))
+    # The private stack's topics start empty: a run reads only what it produced, and a week's retention
+    # of every run's topics filled the disk (35 GB after some thirty runs). Whatever a killed run left
+    # running is stopped first, so no broker has its log folder taken from under it.
+    stack.down()
+    shutil.rmtree(stack.kafka.log_dir, ignore_errors=True)
     progress("ours: starting Kafka and Flink (private stack under .cache/bench-stack) ...")
     stack.up()
     try:
