@@ -161,7 +161,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                                 soft404=soft404,
                                 budgets=config.budgets if config.budgets.enabled else None,
                                 census=config.budgets.enabled and config.budgets.domain_shares,
-                                sitemaps=config.sitemaps if config.sitemaps.follow else None)
+                                sitemaps=config.sitemaps if config.sitemaps.follow else None,
+                                thread_nice=config.job.frontier_nice)
     # Keyed on each side, where each is decoded: no key-by vertex after the union, one hop and one Python
     # call per event fewer; each kind reaches the frontier on channels of its own (decision 1833).
     keyed_event = keyed_row_type(Types.STRING(), EVENT_TYPE)

@@ -15,6 +15,7 @@ worker is busy. These metrics are CPU seconds, read where they are spent:
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -23,6 +24,7 @@ from operators.levels import Levels
 WORKER_CPU = "worker_cpu_ms"
 WORKER_PID = "worker_pid"
 THREAD_CPU = "thread_cpu_ms"
+THREAD_NICE = "thread_nice"
 
 
 def worker_cpu_ms() -> int:
@@ -33,6 +35,26 @@ def worker_cpu_ms() -> int:
 def thread_cpu_ms() -> int:
     """CPU milliseconds the calling thread has used."""
     return int(time.thread_time() * 1000)
+
+
+def lower_thread_priority(increment: int) -> int | None:
+    """Give the calling thread a nice value `increment` above its process's (capped at 19), so that under
+    a full CPU the scheduler serves the process's other threads first (decision 1839). Idempotent; any
+    user may lower a priority. Returns the thread's nice value, or None if `increment` is 0 or the OS
+    refused (then the thread runs as before)."""
+    if increment <= 0:
+        return None
+    try:
+        nice = min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + increment)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (OSError, AttributeError):   # not Linux, or a sandbox that forbids it
+        return None
+    return nice
+
+
+def thread_nice() -> int:
+    """The calling thread's nice value (`frontier.thread_nice`: what decision 1839 set, as the OS has it)."""
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 
 def register_worker_cpu(group: Any) -> None:

@@ -29,7 +29,7 @@ from pyflink.datastream.functions import KeyedBroadcastProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from operators.census import CENSUS_TAG
-from operators.cpu import THREAD_CPU, thread_cpu_ms
+from operators.cpu import THREAD_CPU, THREAD_NICE, lower_thread_priority, thread_cpu_ms, thread_nice
 from operators.levels import Levels
 from operators.resolver import load_pins
 from udfs import frontier_logic as fl
@@ -802,8 +802,9 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
                  optout: OptOutPolicy | None = None, soft404: Soft404Policy | None = None,
                  budgets: BudgetPolicy | None = None, census: bool = False,
-                 sitemaps: SitemapPolicy | None = None) -> None:
+                 sitemaps: SitemapPolicy | None = None, thread_nice: int = 0) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
+        self.thread_nice = thread_nice   # the job passes `job.frontier_nice` (decision 1839)
         self.quality = quality
         # The job passes its `[optout]` section; a frontier built without one (test harnesses that
         # script every fetch) keeps the two-kind protocol: no tdmrep.json leases (decision 1930).
@@ -820,7 +821,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         self.frontier: HostFrontier | None = None
         self.pins: dict[str, str] = {}
         self.controls = ControlTable()
-        self._controls_loaded = False
+        self._started = False
 
     def open(self, runtime_context: RuntimeContext) -> None:
         if self.fetch_policy is not None:
@@ -836,7 +837,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         group = runtime_context.get_metrics_group().add_group("frontier")
         counters = {name: group.counter(name) for name in METRICS}
         self.count = lambda name: counters[name].inc()
-        self.controls, self._controls_loaded = ControlTable(), False
+        self.controls, self._started = ControlTable(), False
         seen = SeenFilter(self.bloom) if self.bloom.enabled else None
         gauges = FrontierGauges()
 
@@ -851,13 +852,15 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                 return budget_level(budget, name)
             if name == THREAD_CPU:
                 return thread_cpu_ms()
+            if name == THREAD_NICE:
+                return thread_nice()
             if name in LEASE_TRIP_GAUGES:
                 return self.frontier.trips.gauge(name) if self.frontier is not None else 0
             return gauges.value(name, time.time())
 
         # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager (decision 1606).
         self.levels = Levels(group, GAUGES + (("bloom_fill_ratio_ppm",) if seen is not None else ())
-                             + (BUDGET_GAUGES if budget is not None else ()) + LEASE_TRIP_GAUGES + (THREAD_CPU,),
+                             + (BUDGET_GAUGES if budget is not None else ()) + LEASE_TRIP_GAUGES + (THREAD_CPU, THREAD_NICE),
                              level)
         # One parse per distinct robots.txt body, shared by the hosts that serve it (decision 1613).
         parse_rules = RulesByBody(functools.partial(parse_robots, policy=self.robots_policy))
@@ -870,14 +873,14 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                                      sitemaps=self.sitemaps)
 
     def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
-        self._load_controls(ctx)
+        self._start_run(ctx)
         now_ms = ctx.timer_service().current_processing_time()
         effects = self.frontier.on_event(ctx.get_current_key(), value, now_ms / 1000.0)
         self.levels.refresh(now_ms / 1000.0)
         yield from self._emit(effects, ctx)
 
     def process_broadcast_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.Context):
-        self._load_controls(ctx)
+        self._start_run(ctx)
         state = ctx.get_broadcast_state(CONTROL_STATE)
         for key, row in self.controls.rows_for(value):
             state.put(key, row)
@@ -886,17 +889,20 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         return iter(())
 
     def on_timer(self, timestamp: int, ctx: KeyedBroadcastProcessFunction.OnTimerContext):
-        self._load_controls(ctx)
+        self._start_run(ctx)
         now_ms = ctx.timer_service().current_processing_time()
         effects = self.frontier.on_timer(ctx.get_current_key(), timestamp, max(now_ms, timestamp) / 1000.0)
         self.levels.refresh(now_ms / 1000.0)
         yield from self._emit(effects, ctx)
 
-    def _load_controls(self, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext) -> None:
-        """After a (re)start the Python table is empty; the broadcast state holds what was in force."""
-        if not self._controls_loaded:
+    def _start_run(self, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext) -> None:
+        """On the run's first element or timer, on the task thread: the controls in force come from the
+        broadcast state (the Python table is empty after a (re)start), and the thread's CPU priority is
+        lowered by `thread_nice` (decision 1839; this is the thread its elements and timers run on)."""
+        if not self._started:
             self.controls.load(ctx.get_broadcast_state(CONTROL_STATE).items())
-            self._controls_loaded = True
+            lower_thread_priority(self.thread_nice)
+            self._started = True
 
     def _emit(self, effects: Effects, ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
         timers = ctx.timer_service()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 import uuid
@@ -30,6 +31,7 @@ from tests.synthweb.model import RobotsVariant, policy_from_dict
 from udfs.config import load_config
 from udfs.fetch_stats import STATUS_CLASSES
 from udfs.frontier_logic import TRAP_METRICS
+from udfs.jobconfig import JobPolicy
 from udfs.records import TOPIC_FRONTIER
 
 pytestmark = pytest.mark.integration
@@ -184,6 +186,11 @@ def test_frontier_gauges_are_present_and_not_negative(metrics_run, name):
 @pytest.mark.parametrize("name", WORKER_CPU + THREAD_CPU)
 def test_cpu_metrics_have_moved(metrics_run, name):
     assert metrics_run["last"].get(name, 0) > 0, f"{name} never moved: {sorted(metrics_run['last'])}"
+
+
+def test_the_frontier_thread_runs_at_the_configured_lower_priority(metrics_run):
+    # decision 1839: the task thread's nice value, read on that thread, is the JVM's plus job.frontier_nice
+    assert metrics_run["last"].get("frontier.thread_nice") == min(19, os.nice(0) + JobPolicy().frontier_nice)
 
 
 def test_worker_pids_name_running_processes(metrics_run):

@@ -32,6 +32,8 @@ def test_toml_and_set_override_defaults_and_set_wins():
     ("", ["politeness.default_delay_s=-1"], "default_delay_s must be a finite number >= 0"),
     ("", ["job.parallelism=0"], "parallelism must be at least 1"),
     ("", ["job.buffer_timeout_ms=0"], "buffer_timeout_ms must be at least 1"),
+    ("", ["job.frontier_nice=20"], "frontier_nice must be an integer in [0, 19], got 20"),
+    ("", ["job.frontier_nice=-1"], "frontier_nice must be an integer in [0, 19], got -1"),
     ("", ["novalue"], "expected SECTION.KEY=VALUE"),
     ("[politeness\n", [], "not valid TOML"),
     ("x = 1\n", [], "must be a [section] table"),

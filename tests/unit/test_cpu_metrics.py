@@ -64,3 +64,36 @@ def test_the_thread_level_follows_the_callers_cpu_when_refreshed() -> None:
     level.refresh(time.monotonic())
     assert group.counts[cpu.THREAD_CPU] >= 45
     assert abs(group.counts[cpu.THREAD_CPU] - cpu.thread_cpu_ms()) <= 5
+
+
+def _in_a_thread(work: Callable[[], Any]) -> tuple[Any, int]:
+    """`work()`'s result and the nice value its thread had after it, from a thread of its own."""
+    out: list[Any] = []
+
+    def run() -> None:
+        result = work()
+        out.append((result, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+def test_a_lowered_thread_priority_is_the_process_nice_plus_the_increment_for_that_thread_only():
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    nice, after = _in_a_thread(lambda: cpu.lower_thread_priority(5))
+    assert nice == after == min(19, base + 5)
+    assert os.getpriority(os.PRIO_PROCESS, os.getpid()) == base      # the process's other threads keep theirs
+
+
+def test_lowering_twice_does_not_add_up_and_never_passes_19():
+    twice, after = _in_a_thread(lambda: (cpu.lower_thread_priority(5), cpu.lower_thread_priority(5))[1])
+    assert twice == after == min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + 5)
+    capped, after = _in_a_thread(lambda: cpu.lower_thread_priority(40))
+    assert capped == after == 19
+
+
+def test_an_increment_of_zero_leaves_the_thread_alone():
+    base = os.getpriority(os.PRIO_PROCESS, os.getpid())
+    assert _in_a_thread(lambda: cpu.lower_thread_priority(0)) == (None, base)
