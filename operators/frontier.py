@@ -860,8 +860,8 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
 
         # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager (decision 1606).
         self.levels = Levels(group, GAUGES + (("bloom_fill_ratio_ppm",) if seen is not None else ())
-                             + (BUDGET_GAUGES if budget is not None else ()) + LEASE_TRIP_GAUGES + (THREAD_CPU, THREAD_NICE),
-                             level)
+                             + (BUDGET_GAUGES if budget is not None else ()) + LEASE_TRIP_GAUGES
+                             + (THREAD_CPU, THREAD_NICE), level)
         # One parse per distinct robots.txt body, shared by the hosts that serve it (decision 1613).
         parse_rules = RulesByBody(functools.partial(parse_robots, policy=self.robots_policy))
         self.frontier = HostFrontier(host_row, robots_body, slots, urls, self.count, parse_rules,
