@@ -72,7 +72,7 @@ def _in_a_thread(work: Callable[[], Any]) -> tuple[Any, int]:
 
     def run() -> None:
         result = work()
-        out.append((result, os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+        out.append((result, cpu.thread_nice()))
 
     thread = threading.Thread(target=run)
     thread.start()
