@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -315,6 +316,10 @@ def test_synthetic_web_pages_fetched_parsed_and_archived_end_to_end(tmp_path: Pa
             finally:
                 await fetcher.close()
         results = asyncio.run(crawl())
+        # The server logs a request once its response has drained, which can be after the client has read it.
+        deadline = time.monotonic() + 5.0
+        while sum(r["event"] == "request" for r in server.request_log()) < len(urls) and time.monotonic() < deadline:
+            time.sleep(0.01)
         log = server.request_log()
     requests_served = [r for r in log if r["event"] == "request"]
     connections = [r for r in log if r["event"] == "connect"]
