@@ -218,6 +218,12 @@ def _compile(lines: Iterable[_Rule]) -> _Matcher:
     return {key: tuple(value) for key, value in buckets.items()}, tuple(generic)
 
 
+def _resolved(groups: list[_Group]) -> tuple[_Matcher, float | None]:
+    """The merged groups' matcher and their largest crawl delay."""
+    delays = [delay for group in groups for delay in group.delays]
+    return _compile(rule for group in groups for rule in group.rules), max(delays) if delays else None
+
+
 def _tail_matches(path: str, pos: int, tail: tuple[str, ...], anchored: bool) -> bool:
     """Match the pieces after the first `*` from `pos` on.
 
@@ -365,7 +371,7 @@ class RobotsRules:
     truncated says the body was longer than the policy's `max_bytes`.
     """
 
-    __slots__ = ("_specific", "_global", "_sitemaps", "_cache",
+    __slots__ = ("_specific", "_global", "_global_resolved", "_sitemaps", "_cache",
                  "directives", "unknown_directives", "looks_like_html", "truncated")
 
     def __init__(
@@ -387,6 +393,9 @@ class RobotsRules:
                 self._specific.setdefault(token, []).append(group)
         self._sitemaps = list(sitemaps)
         self._cache: dict[str, tuple[_Matcher, float | None]] = {}
+        # Every agent without a group of its own gets the `*` groups: resolved once for all of them
+        # (the frontier asks for its own agent and five AI agents on a host's first page).
+        self._global_resolved: tuple[_Matcher, float | None] | None = None
         self.directives = directives
         self.unknown_directives = unknown_directives
         self.looks_like_html = looks_like_html
@@ -436,11 +445,12 @@ class RobotsRules:
             return cached
         token = product_token(user_agent).lower()
         groups = self._specific.get(token) if token else None
-        if not groups:
-            groups = self._global
-        matcher = _compile(rule for group in groups for rule in group.rules)
-        delays = [delay for group in groups for delay in group.delays]
-        resolved = (matcher, max(delays) if delays else None)
+        if groups:
+            resolved = _resolved(groups)
+        else:
+            if self._global_resolved is None:
+                self._global_resolved = _resolved(self._global)
+            resolved = self._global_resolved
         if len(self._cache) >= _AGENT_CACHE_SIZE:
             self._cache.clear()
         self._cache[user_agent] = resolved

@@ -66,6 +66,15 @@ def test_star_group_applies_only_when_no_group_names_the_agent() -> None:
     assert not r.allowed("https://a.example/x", "Other")
 
 
+def test_agents_without_a_group_of_their_own_share_one_resolution_of_the_star_groups() -> None:
+    r = rules("User-agent: *\nDisallow: /x\nCrawl-delay: 3\n\nUser-agent: GPTBot\nDisallow: /\n")
+    assert [r.allowed("https://a.example/x", a) for a in ("CCBot", "ClaudeBot", "GPTBot")] == [False, False, False]
+    assert [r.allowed("https://a.example/y", a) for a in ("CCBot", "ClaudeBot", "GPTBot")] == [True, True, False]
+    assert r.crawl_delay("CCBot") == r.crawl_delay("ClaudeBot") == 3.0 and r.crawl_delay("GPTBot") is None
+    # compiled once for every agent the `*` groups apply to (a host's first page asks six agents)
+    assert r._resolve("CCBot") is r._resolve("ClaudeBot") is not r._resolve("GPTBot")
+
+
 def test_groups_for_the_same_agent_are_merged() -> None:
     r = rules("User-agent: FlinkCrawler\nDisallow: /a\n\nUser-agent: other\nDisallow: /\n\n"
               "User-agent: flinkcrawler\nDisallow: /b\n")
