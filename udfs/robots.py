@@ -363,8 +363,9 @@ def _crawl_delay(value: bytes) -> float | None:
 class RobotsRules:
     """The parsed rules of one robots.txt; answers `allowed`, `crawl_delay` and `sitemaps`.
 
-    Built by `parse_robots`, `allow_all()` or `disallow_all()`. Read-only for its users; the only
-    thing that changes after construction is a small per-agent cache of resolved groups.
+    Built by `parse_robots`, `allow_all()` or `disallow_all()`. Read-only for its users; all that
+    changes after construction is a small per-agent cache of resolved groups (the agents without a
+    group of their own share one resolution of the `*` groups).
 
     directives / unknown_directives count the recognised and unrecognised `key: value` lines
     (for metrics); looks_like_html says the body was an HTML page (usually a soft 404);
