@@ -26,6 +26,7 @@ RUNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("bench.bench_extract", (), "extraction + links + SimHash per real page; near-duplicate precision/recall"),
     ("bench.bench_sitemaps", (), "sitemap parsing and the trap chain"),
     ("bench.bench_warc", (), "WARC record building and gzip"),
+    ("bench.bench_page_path", (), "parse on the crawl benchmark's pages: the native steps alone vs the whole step"),
     ("bench.bench_dedup", ("--skip-flink",), "exact and near-duplicate verdicts and band probes (pure)"),
     ("bench.bench_frontier", (), "the frontier's pure-Python cost per fetched page (state glue, dict-backed state)"),
     ("bench.bench_freshness", (), "recrawl freshness at a fixed fetch budget: ours vs uniform vs halve/x1.5"),
