@@ -14,7 +14,8 @@ class JobPolicy:
     parallelism: int = 1
     # Fixed for the life of the savepoints: rescaling beyond it needs a fresh state.
     max_parallelism: int = 128
-    # How often state and Kafka offsets are snapshotted; also bounds repeated fetches after a crash.
+    # How often state and Kafka offsets are snapshotted; also bounds repeated fetches after a crash
+    # (decision 1840: 60 s measured no faster).
     checkpoint_interval_ms: int = 10_000
     # Fetches in flight per fetch subtask (each is for a different host: the frontier leases one per host).
     fetch_capacity: int = 256
