@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{n} pages of the {args.hosts}-host web (seed {args.seed}), median body "
           f"{sorted(map(len, bodies))[n // 2] / 1000:.1f} KB, median gzip form {sorted(map(len, gzipped))[n // 2] / 1000:.1f} KB")
 
+    inflate = "inflate the server's gzip form (zlib-ng)"
     native = {
-        "inflate the server's gzip form (zlib-ng)": lambda: [zlib_ng.decompress(g, _GZIP_WINDOW) for g in gzipped],
+        inflate: lambda: [zlib_ng.decompress(g, _GZIP_WINDOW) for g in gzipped],
         f"deflate the payload, level {level} (libdeflate)": lambda: [libdeflate.deflate_compress(b, level)
                                                                      for b in bodies],
         "digests: sha256 + sha1 payload + sha1 block": lambda: [
@@ -115,15 +116,13 @@ def main(argv: list[str] | None = None) -> int:
             pack_payload(parse_result(result, config.extract, config.optout, None, config.sitemaps), builder)
 
     whole_parse()   # warm-up: imports, the language model, caches
-    total = 0.0
-    for label, step in native.items():
-        spent = best_ms_per_page(step, n)
-        total += spent
-        print(f"  {label:<48} {spent:6.3f} ms/page")
+    spent = {label: best_ms_per_page(step, n) for label, step in native.items()}
+    for label, ms in spent.items():
+        print(f"  {label:<48} {ms:6.3f} ms/page")
+    total = sum(spent.values())
     print(f"  {'native steps together':<48} {total:6.3f} ms/page")
     parse_ms = best_ms_per_page(whole_parse, n)
-    # the inflate happens in the fetcher, not in parse
-    in_parse = total - best_ms_per_page(native["inflate the server's gzip form (zlib-ng)"], n)
+    in_parse = total - spent[inflate]   # the inflate happens in the fetcher, not in parse
     print(f"  {'whole parse step (parse_result + pack_payload)':<48} {parse_ms:6.3f} ms/page")
     print(f"  {'of it native (the steps above but inflate)':<48} {in_parse:6.3f} ms/page "
           f"({100 * in_parse / parse_ms:.0f}%); Python and the rest {parse_ms - in_parse:.3f} ms/page")

@@ -24,6 +24,8 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from bench.crawl_bench import BenchSpec
+
 ROOT = Path(__file__).resolve().parents[1]
 # Columns: the stage, and how its Flink vertex (or the TaskManager's remainder) is named in result.json.
 STAGES = (("parse", "parse"), ("frontier", "frontier"), ("fetch", "fetch"), ("writer", "warc writer"),
@@ -78,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--a", action="append", default=[], metavar="SECTION.KEY=VALUE", help="arm A's overrides")
     p.add_argument("--b", action="append", default=[], metavar="SECTION.KEY=VALUE", help="arm B's overrides")
     p.add_argument("--pairs", type=int, default=2)
-    p.add_argument("--hosts", type=int, default=5000)
+    p.add_argument("--hosts", type=int, default=BenchSpec.hosts)
     p.add_argument("--seconds", type=float, default=200)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "ab")
     args = p.parse_args(argv)
@@ -89,11 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     arms = {"a": list(args.a), "b": list(args.b)}
     done: list[tuple[str, str, dict[str, Any]]] = []
     counts = {"a": 0, "b": 0}
+    out = args.out.resolve()
     for arm in run_order(args.pairs):
         counts[arm] += 1
         tag = f"{arm}{counts[arm]}"
         print(f"== {tag}: {describe(arms[arm])}", flush=True)
-        out = args.out.resolve()
         proc = subprocess.run(bench_command(tag, arms[arm], args.hosts, args.seconds, out), cwd=ROOT,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               timeout=args.seconds + 900)
