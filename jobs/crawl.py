@@ -43,6 +43,7 @@ from operators.modes import set_python_mode
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
 from udfs.control import parse_control
+from udfs.jobconfig import JobPolicy
 from udfs.records import (
     TOPIC_CONTROL,
     TOPIC_FRONTIER,
@@ -199,7 +200,7 @@ def control_stream(env: StreamExecutionEnvironment, sources: Sources) -> DataStr
     return raw.flat_map(DecodeControls(), output_type=EVENT_TYPE).uid("decode-controls").name("decode controls")
 
 
-def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None) -> Sources:
+def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None, job: JobPolicy = JobPolicy()) -> Sources:
     """`crawl.frontier`, `crawl.outcomes` and `crawl.control` from Kafka. A fresh job starts at `start_ms` (records
     produced from then on) or else at the group's committed offsets, else the earliest record; a job
     restored from a savepoint or checkpoint resumes at the offsets stored in it, whatever these say
@@ -216,6 +217,8 @@ def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None) -> 
                       .set_starting_offsets(start)
                       .set_value_only_deserializer(SimpleStringSchema())
                       .set_property("partition.discovery.interval.ms", "10000")
+                      .set_property("fetch.min.bytes", str(job.kafka_fetch_min_bytes))
+                      .set_property("fetch.max.wait.ms", str(job.kafka_fetch_max_wait_ms))
                       .build())
             return env.from_source(source, WatermarkStrategy.no_watermarks(), topic).uid(uid)
         return build
@@ -229,7 +232,7 @@ def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None) -> 
 OUTPUT_TOPICS = (TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, TOPIC_STATUS)
 
 
-def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS) -> Sinks:
+def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS, job: JobPolicy = JobPolicy()) -> Sinks:
     """One keyed Kafka sink for every output topic. The Table API's Kafka connector writes a chosen
     column as the record key (`key.fields`), which the DataStream KafkaSink cannot do from Python:
     `crawl.frontier` is keyed by host and `pages.parsed` by url_fp, so each topic's partitions follow
@@ -250,6 +253,8 @@ def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS) -> Sinks:
                                      .option("topic", ";".join(sorted(topics)))  # the metadata picks one
                                      .option("properties.bootstrap.servers", bootstrap)
                                      .option("properties.max.request.size", str(16 * 1024 * 1024))
+                                     .option("properties.linger.ms", str(job.kafka_linger_ms))
+                                     .option("properties.batch.size", str(job.kafka_batch_bytes))
                                      .option("key.format", "raw")
                                      .option("key.fields", "k")
                                      .option("value.format", "raw")
@@ -323,7 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = StreamExecutionEnvironment.get_execution_environment()
     configure_env(env, config, args.python)
     env.get_config().set_global_job_parameters({JOB_ARGS_KEY: json.dumps(argv)})
-    build_pipeline(env, kafka_source(args.bootstrap, config.job.group_id, args.start_timestamp_ms), kafka_sinks(args.bootstrap), config)
+    build_pipeline(env, kafka_source(args.bootstrap, config.job.group_id, args.start_timestamp_ms, config.job),
+                   kafka_sinks(args.bootstrap, job=config.job), config)
     print(json.dumps({"submitting": args.job_name, "config": config.as_dict()["job"]}), flush=True)
     env.execute(args.job_name)
     return 0

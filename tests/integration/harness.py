@@ -142,8 +142,8 @@ def start_crawl_job(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Pa
     configure_env(env, config, sys.executable)
     env.add_jars(connector_jar.as_uri())
     start_ms = int(time.time() * 1000)
-    build_pipeline(env, kafka_source(kafka_bootstrap, config.job.group_id, start_ms), kafka_sinks(kafka_bootstrap),
-                   config)
+    build_pipeline(env, kafka_source(kafka_bootstrap, config.job.group_id, start_ms, config.job),
+                   kafka_sinks(kafka_bootstrap, job=config.job), config)
     client = env.execute_async(name)
     try:
         events, _ = seed_events(seeds_file.read_text().split())

@@ -109,8 +109,8 @@ def metrics_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factor
     configure_env(env, config, sys.executable)
     env.add_jars(flink_connector_jar.as_uri())
     start_ms = int(time.time() * 1000)
-    build_pipeline(env, kafka_source(kafka_bootstrap, config.job.group_id, start_ms), kafka_sinks(kafka_bootstrap),
-                   config)
+    build_pipeline(env, kafka_source(kafka_bootstrap, config.job.group_id, start_ms, config.job),
+                   kafka_sinks(kafka_bootstrap, job=config.job), config)
     rest = f"http://127.0.0.1:{rest_port}"
     last: dict[str, float] = {}
     peak: dict[str, float] = defaultdict(float)

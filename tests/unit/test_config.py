@@ -34,6 +34,10 @@ def test_toml_and_set_override_defaults_and_set_wins():
     ("", ["job.buffer_timeout_ms=0"], "buffer_timeout_ms must be at least 1"),
     ("", ["job.frontier_nice=20"], "frontier_nice must be an integer in [0, 19], got 20"),
     ("", ["job.frontier_nice=-1"], "frontier_nice must be an integer in [0, 19], got -1"),
+    ("", ["job.kafka_linger_ms=-1"], "kafka_linger_ms must be a number of milliseconds in [0, 10000], got -1"),
+    ("", ["job.kafka_fetch_max_wait_ms=60000"], "kafka_fetch_max_wait_ms must be a number of milliseconds"),
+    ("", ["job.kafka_batch_bytes=0"], "kafka_batch_bytes must be a number of bytes in [1, 16 MiB], got 0"),
+    ("", ["job.kafka_fetch_min_bytes=0"], "kafka_fetch_min_bytes must be a number of bytes in [1, 16 MiB]"),
     ("", ["novalue"], "expected SECTION.KEY=VALUE"),
     ("[politeness\n", [], "not valid TOML"),
     ("x = 1\n", [], "must be a [section] table"),
@@ -86,3 +90,6 @@ def test_the_demo_sets_the_few_host_latency_settings_and_the_defaults_stay_for_m
     demo = load_config("", DEMO_SETTINGS)
     assert (demo.job.bundle_time_ms, demo.job.buffer_timeout_ms) == (20, 10)
     assert demo.politeness.default_delay_s == 0.5
+    # Kafka batches for many hosts; the demo sends and fetches at once, as the Kafka client does by default
+    assert (job.kafka_linger_ms, job.kafka_fetch_min_bytes) == (50, 64 * 1024)
+    assert (demo.job.kafka_linger_ms, demo.job.kafka_fetch_min_bytes) == (5, 1)
