@@ -61,9 +61,9 @@ class JobPolicy:
     # partition before its batch is sent (Kafka's `linger.ms`; the client's default is 5), and the largest
     # batch (`batch.size`; 16 KB). The job's Kafka sources: the broker answers a fetch once it holds
     # `kafka_fetch_min_bytes` for it or `kafka_fetch_max_wait_ms` has passed (`fetch.min.bytes`,
-    # `fetch.max.wait.ms`; 1 byte and 500 ms). Fewer, fuller requests: on 5,000 hosts the broker used 12%
-    # less CPU a second in each of four alternated pairs, at 80.7 against 74.6 pages/s on average (decision
-    # 1841), for up to 50 + 100 ms more on a Kafka hop. Few-host crawls, whose rate is the lease's trip,
+    # `fetch.max.wait.ms`; 1 byte and 500 ms). Fewer, fuller requests: on 5,000 hosts the broker used less
+    # CPU a second in each of four alternated pairs (12% on average), at 80.7 against 74.6 pages/s on
+    # average (decision 1841), for up to 50 + 100 ms more on a Kafka hop. Few-host crawls, whose rate is the lease's trip,
     # set the client's values back (`crawler demo` does).
     kafka_linger_ms: int = 50
     kafka_batch_bytes: int = 256 * 1024
