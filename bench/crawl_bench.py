@@ -199,6 +199,7 @@ class Sample:
     busy_ms_per_s: Mapping[str, float] = field(default_factory=dict)
     counters: Mapping[str, float] = field(default_factory=dict)   # ours: the frontier's counters and levels
     threads: Mapping[str, float] = field(default_factory=dict)    # CPU seconds of one process's threads, by name
+    machine: tuple[float, float] | None = None   # the machine's (busy, all) CPU seconds so far, every core
 
 
 def window_span(samples: Sequence[Sample], page_ends: Sequence[float], window: Window,
@@ -222,6 +223,15 @@ def cpu_per_page(samples: Sequence[Sample], page_ends: Sequence[float], window: 
         return None
     a, b, pages = span
     return {group: (b.cpu_s.get(group, 0.0) - a.cpu_s.get(group, 0.0)) / pages for group in b.cpu_s}
+
+
+def machine_busy_share(samples: Sequence[Sample], window: Window) -> float | None:
+    """The share of the machine's CPU time (every core) that was busy between the window's first and last
+    samples that read it: near 1, the run was bound by CPU; well below, something else held it back."""
+    inside = [s.machine for s in samples if s.at in window and s.machine is not None]
+    if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
+        return None
+    return (inside[-1][0] - inside[0][0]) / (inside[-1][1] - inside[0][1])
 
 
 def mean_busy(samples: Sequence[Sample], window: Window) -> dict[str, float]:
@@ -391,6 +401,10 @@ def _ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value * 1000:,.2f} ms"
 
 
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
 def render_markdown(result: Mapping[str, Any]) -> str:
     """The BENCHMARKS.md section (between the markers) for one result (as written to result.json)."""
     crawlers: Mapping[str, Mapping[str, Any]] = result["crawlers"]
@@ -420,6 +434,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     row("CPU per page, crawler processes", lambda c: _ms(c.get("cpu_per_page_s")))
     row("CPU per page, by process", lambda c: ", ".join(
         f"{g} {_ms(v)}" for g, v in (c.get("cpu_per_page_by_process") or {}).items()) or "n/a")
+    row("the machine's cores busy in the window", lambda c: _share(c.get("machine_busy_share")))
     row("politeness violations", lambda c: f"{c['violations_total']:,}" + (
         " (" + ", ".join(f"{k} {v:,}" for k, v in c["violations"].items()) + ")" if c["violations"] else ""))
     row("robots.txt, tdmrep.json and soft-404 probe requests / all requests", lambda c: f"{c['robots_requests']:,} / {c['requests']:,}")
@@ -520,6 +535,23 @@ def replace_section(text: str, section: str) -> str:
 
 # --- measuring: /proc, Flink REST, Kafka ---------------------------------------------------------------
 
+def machine_cpu_s(stat: str | None = None) -> tuple[float, float] | None:
+    """(busy, all) CPU seconds of every core since boot from /proc/stat's `cpu` line (or `stat`'s):
+    busy is everything but idle and iowait; steal counts as busy, since the crawler could not run
+    then either. None when the line cannot be read."""
+    try:
+        line = (stat if stat is not None else Path("/proc/stat").read_text()).splitlines()[0]
+        name, *fields = line.split()
+        ticks = [int(f) for f in fields[:8]]   # user nice system idle iowait irq softirq steal (guest is in user)
+    except (OSError, IndexError, ValueError):
+        return None
+    if name != "cpu" or len(ticks) < 5:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / tick, sum(ticks) / tick
+
+
 def proc_table() -> dict[int, tuple[int, float]]:
     """{pid: (ppid, utime + stime + cutime + cstime in seconds)} of every process now."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -591,7 +623,7 @@ class Sampler:
         queue, busy, counters = self.extra()
         pid = self.roots.get(self.threads_of) if self.threads_of else None
         sample = Sample(time.monotonic(), {name: tree_cpu_s(table, pid) for name, pid in self.roots.items()},
-                        queue, busy, counters, thread_cpu_by_name(pid) if pid is not None else {})
+                        queue, busy, counters, thread_cpu_by_name(pid) if pid is not None else {}, machine_cpu_s())
         self.samples.append(sample)
         return sample
 
@@ -914,6 +946,7 @@ def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, m
         "violations": violation_counts(violations), "violations_total": len(violations),
         "violation_examples": [f"{v.kind.value} {v.host}{v.path}: {v.detail}" for v in violations[:5]],
         "busy_ms_per_s": mean_busy(run.samples, window),
+        "machine_busy_share": machine_busy_share(run.samples, window),
         "cpu_by_operator": cpu_by_operator(run.samples, ends, window),
         "taskmanager_threads": thread_cpu_per_page(run.samples, ends, window),
         "lease_budget": lease_budget(run.samples, window),

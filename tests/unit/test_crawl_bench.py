@@ -107,6 +107,28 @@ def test_mean_busy_averages_the_samples_in_the_window() -> None:
     assert cb.mean_busy(_samples(), cb.Window(5.0, 25.0)) == {"frontier": 200.0}
 
 
+def test_the_machine_busy_share_is_taken_between_the_first_and_last_samples_that_read_it() -> None:
+    samples = [cb.Sample(5.0, {}, machine=(0.0, 0.0)),          # before the window
+               cb.Sample(10.0, {}, machine=(100.0, 200.0)),
+               cb.Sample(15.0, {}),                               # /proc/stat unreadable then
+               cb.Sample(20.0, {}, machine=(118.0, 220.0)),
+               cb.Sample(40.0, {}, machine=(999.0, 999.0))]       # after it
+    assert cb.machine_busy_share(samples, cb.Window(8.0, 22.0)) == pytest.approx(0.9)
+    assert cb.machine_busy_share(samples[:2], cb.Window(8.0, 22.0)) is None
+
+
+def test_machine_cpu_counts_idle_and_iowait_as_not_busy_and_steal_as_busy() -> None:
+    tick = os.sysconf("SC_CLK_TCK")
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    stat = "cpu  100 10 40 800 50 0 0 0 7 0\ncpu0 50 5 20 400 25 0 0 0 0 0\n"
+    assert cb.machine_cpu_s(stat) == pytest.approx((150 / tick, 1000 / tick))
+    assert cb.machine_cpu_s("cpu  1 2 3 4 5 6 7 30\n") == pytest.approx((49 / tick, 58 / tick))
+    assert cb.machine_cpu_s("intr 5\n") is None and cb.machine_cpu_s("cpu  x y\n") is None
+    assert cb.machine_cpu_s("") is None
+    busy, everything = cb.machine_cpu_s()   # this machine's own /proc/stat
+    assert 0 <= busy <= everything
+
+
 def test_the_lease_budget_averages_levels_and_takes_the_growth_of_counts_in_the_window() -> None:
     samples = [cb.Sample(10.0, {}, counters={"leases_out": 100, "leases_cap": 200, "budget_waits": 5, "released": 50}),
                cb.Sample(20.0, {}, counters={"leases_out": 300, "leases_cap": 400, "budget_waits": 25, "released": 90}),
@@ -203,7 +225,7 @@ RESULT = {
                  "violations": {}, "violations_total": 0, "warc_bytes": 1_000_000, "fetched": 100,
                  "warc_bytes_per_page": 10_000.0, "savepoint_bytes_per_url": 250.0,
                  "discovery_latency_s": {"p50": 12.0}, "fetch_latency_s": {"p50": 0.4},
-                 "busy_ms_per_s": {"frontier": 400.0, "fetch": 600.0}},
+                 "busy_ms_per_s": {"frontier": 400.0, "fetch": 600.0}, "machine_busy_share": 0.924},
         "scrapy": {"pages_in_window": 1200, "window_s": 48.0, "pages_per_s": 25.0, "requests": 1500, "robots_requests": 190,
                    "cpu_per_page_s": 0.012, "cpu_per_page_by_process": {"scrapy": 0.012},
                    "violations": {"crawl_delay": 7, "robots_unavailable": 6}, "violations_total": 13,
@@ -222,6 +244,7 @@ def test_markdown_has_markers_both_crawlers_ratio_and_figures() -> None:
     assert "**Ours / Scrapy: 4.00×** sustained pages/s, 3.50× distinct pages/s" in md
     assert "2.50 ms" in md and "12.00 ms" in md
     assert "| politeness violations | 0 | 13 (crawl_delay 7, robots_unavailable 6) |" in md
+    assert "| the machine's cores busy in the window | 92% | n/a |" in md
     assert "180 pages/s for us" in md and "900.0 pages/s" in md
     assert "WARC 10,000 bytes per fetched page" in md and "p50 12.0 s" in md
     assert md.index("| fetch | 600") < md.index("| frontier | 400")  # busiest vertex first
