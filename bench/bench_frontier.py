@@ -4,7 +4,10 @@ with dict-backed state, fed the discoveries of pages shaped like the benchmark w
 Each simulated page yields one batch of ~116 same-host links (pages of its own host, so most repeat)
 and ~25 single-URL batches to other hosts skewed toward popular ones, half of them home pages, as
 tests/synthweb/links.py draws them. Reports CPU time per page, per event and per URL after a warm-up,
-and the share of each verdict, with every link sent and with the WARC writer's recent-links filter.
+and the share of each verdict, with every link sent and with the WARC writer's recent-links filter;
+then the lease cycle a fetched page costs besides its links: its completion, the host's timer and
+the release of its next page (every fetch answered at once with a 200, robots.txt with a small file,
+tdmrep.json and the soft-404 probe with a 404).
 The frontier has the job's default policies (budgets and domain shares, recrawl, sitemaps, tdmrep.json).
 What this leaves out: Flink's state access (RocksDB through JNI) and record serialization, which come
 on top in the job. `python -m bench.bench_frontier [--hosts 500]`.
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import heapq
 import random
 import time
 from typing import Any
@@ -125,6 +129,78 @@ def measure(bench: Bench, pages: list[list[dict[str, Any]]], clock: float, label
     return clock
 
 
+class LeaseCycle:
+    """Drives a Bench's frontier as the job would between fetches: every request answered at once, every
+    timer fired at its time, in time order; counts the page completions."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench, self.pending, self.timers = bench, [], []
+        self.completions = 0
+
+    def call(self, host: str, effects: Any) -> None:
+        self.pending.extend((host, request) for request in effects.requests)
+        if effects.timer_register_ms:
+            heapq.heappush(self.timers, (effects.timer_register_ms, host))
+
+    def admit(self, events: list[dict[str, Any]], now: float) -> None:
+        for event in events:
+            self.call(event["host"], self._frontier(event["host"]).on_event(event["host"], event, now))
+
+    def run(self, completions: int, now: float) -> float:
+        """Answer requests and fire timers until `completions` pages completed; returns the clock."""
+        goal = self.completions + completions
+        while self.completions < goal:
+            while self.pending:
+                host, request = self.pending.pop()
+                self.call(host, self._frontier(host).on_event(host, answer(request, now), now))
+                self.completions += request["kind"] == "page"
+            if not self.timers:
+                raise RuntimeError("the frontier has nothing left to release")
+            timer_ms, host = heapq.heappop(self.timers)
+            now = max(now, timer_ms / 1000.0)
+            self.call(host, self._frontier(host).on_timer(host, timer_ms, now))
+        return now
+
+    def _frontier(self, host: str) -> HostFrontier:
+        f = self.bench.frontier
+        f.host_row, f.robots_body, f.slots, f.urls, f.due, f.tdmrep_body = self.bench.state[host]
+        return f
+
+
+def answer(request: dict[str, Any], now: float) -> dict[str, Any]:
+    """The event a fetcher would send for `request`: a 200 page, a small robots.txt, a 404 otherwise."""
+    kind, base = request["kind"], {"v": 1, "host": request["host"], "lease_id": request["lease_id"],
+                                   "fetch_status": "ok", "fetched_at": now, "fetch_ms": 50.0}
+    if kind == "page":
+        return {**base, "type": "completion", "url": request["url"], "fp": request["fp"], "http_status": 200,
+                "started_at": now - 0.05, "done_at": now, "bytes": 30_000, "content_hash": "sha256:1",
+                "simhash": 0x1234, "etag": None, "last_modified": None, "redirect": None, "retry_after": None}
+    if kind == "robots":
+        return {**base, "type": "robots", "http_status": 200, "body_b64": b64(ROBOTS)}
+    return {**base, "type": kind, "http_status": 404, "body_b64": "", "bytes": 0, "simhash": None, "title": None,
+            "retry_after": None}
+
+
+def measure_leases(args: argparse.Namespace) -> None:
+    """The lease cycle's CPU per fetched page, on hosts with queues filled by the writer-filtered pages."""
+    bench = Bench(args.hosts, args.pages_per_host, args.seed)
+    cycle = LeaseCycle(bench)
+    for host in bench.hosts:
+        cycle.admit([{"v": 1, "type": "discovered", "host": host, "urls": [entry(f"http://{host}/", "seed", 0)]}], NOW)
+    clock = NOW + 1.0
+    for events in filtered([bench.page() for _ in range(args.warmup_pages + args.pages)], clock):
+        cycle.admit(events, clock)
+        clock += 0.01
+    clock = cycle.run(args.pages, clock)   # warm-up: robots.txt, tdmrep.json and probes answered
+    bench.counts.clear()
+    started = time.process_time()
+    cycle.run(args.pages * 4, clock)
+    spent = time.process_time() - started
+    print(f"lease cycle (completion, timer, release): {args.pages * 4} pages; "
+          + ", ".join(f"{k} {v}" for k, v in sorted(bench.counts.items()) if k in ("released", "recrawl_scheduled")))
+    print(f"  frontier CPU per fetched page {spent / (args.pages * 4) * 1e6:8.1f} us")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, default=500)
@@ -146,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 bench.call(event, clock)
             clock += 0.01
         measure(bench, pages[args.warmup_pages:], clock, label)
+    measure_leases(args)
     return 0
 
 

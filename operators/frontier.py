@@ -139,8 +139,14 @@ class FrontierGauges:
 
     def account(self, host: str, before: fl.HostState | None, after: fl.HostState) -> None:
         """Apply one host's change (`before` None: the host was not counted yet in this run)."""
-        for index in range(fl.LANES):
-            self.depth[index] += after.depth(index) - (before.depth(index) if before is not None else 0)
+        depth = self.depth
+        if before is None:
+            for index, (head, tail) in enumerate(after.queues):
+                depth[index] += tail - head
+        elif after.queues is not before.queues:   # most events leave the lanes as they were: nothing to add
+            for index, (old, new) in enumerate(zip(before.queues, after.queues)):
+                if old != new:
+                    depth[index] += (new[1] - new[0]) - (old[1] - old[0])
         self.hosts_with_queue += (after.queued > 0) - (before is not None and before.queued > 0)
         if after.oldest_due:
             if self._oldest.get(host) != after.oldest_due:

@@ -78,8 +78,17 @@ class SeenFilter:
 
     def might_contain(self, fp: int) -> bool:
         """False: certainly never added. True: added, or a false positive (confirm against state)."""
-        bits = self._bits
-        return all(bits[pos >> 3] & (1 << (pos & 7)) for pos in self._positions(fp))
+        # Position by position, stopping at the first clear bit: most URLs the frontier asks about are
+        # new, and at a fill well under half one or two probes answer them (admission's hot path).
+        bits, m = self._bits, self.m
+        fp &= _MASK64
+        pos, step = fp & 0xFFFFFFFF, (fp >> 32) | 1
+        for _ in range(self.k):
+            position = pos % m
+            if not bits[position >> 3] & (1 << (position & 7)):
+                return False
+            pos += step
+        return True
 
     @property
     def fill_ratio(self) -> float:

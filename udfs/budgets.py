@@ -291,6 +291,8 @@ def refill(row: BudgetRow, now: float, importance_value: float,
         return _derived(row, page_tokens=pages_cap, url_tokens=urls_cap, at=now)
     # A clock that went backwards refills nothing, and `at` stays put so no interval is refilled twice.
     elapsed = max(now - row.at, 0.0)
+    if not elapsed and row.page_tokens <= max(pages_cap, 1.0) and row.url_tokens <= max(urls_cap, 1.0):
+        return row   # nothing to add or cut (the URLs of one discovered batch share their `now`)
     pages = min(row.page_tokens + pages_cap * elapsed / DAY_S, max(pages_cap, 1.0))
     urls = min(row.url_tokens + urls_cap * elapsed / policy.round_s, max(urls_cap, 1.0))
     return _derived(row, page_tokens=pages, url_tokens=urls, at=max(row.at, now))

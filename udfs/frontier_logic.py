@@ -565,7 +565,10 @@ class HostState:
 
     @property
     def queued(self) -> int:
-        return sum(tail - head for head, tail in self.queues)
+        total = 0   # a loop, not sum() over a generator: asked several times per event (bench_frontier)
+        for head, tail in self.queues:
+            total += tail - head
+        return total
 
     def depth(self, index: int) -> int:
         """URLs waiting in queue `index` (a discovery priority, or PRIORITIES + a recrawl tier)."""
@@ -575,7 +578,10 @@ class HostState:
     @property
     def discovery_queued(self) -> int:
         """URLs waiting in the discovery lanes (the ones `max_queue` bounds)."""
-        return sum(tail - head for head, tail in self.queues[:PRIORITIES])
+        total = 0
+        for head, tail in self.queues[:PRIORITIES]:
+            total += tail - head
+        return total
 
     @property
     def recrawl_queued(self) -> int:

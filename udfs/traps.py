@@ -298,12 +298,29 @@ class Chain:
 
 
 def check_url(url: str, context: TrapContext, policy: TrapPolicy = DEFAULT_TRAP_POLICY) -> Verdict:
-    """The verdict of the policy's chain on a normalised URL (decision 0400). Never raises."""
+    """The verdict of the policy's chain on a normalised URL (decision 0400). Never raises.
+
+    The same verdict as `build_chain(policy)(url, context)`, with the rule functions called directly:
+    the frontier asks this of every URL it could admit, and the Rule and Chain layers were a fifth
+    of the check's cost (bench/bench_frontier.py)."""
     try:
-        chain = build_chain(policy)
+        rules = _rules_of(policy)
     except Exception:  # an unhashable hand-built policy: fail closed like a step would
         return Verdict.reject("filter_error", "chain")
-    return chain(url, context)
+    for name, rule in rules:
+        try:
+            reason = rule(url, context, policy)
+        except Exception:  # fail closed, as Chain does
+            return Verdict.reject("filter_error", name)
+        if reason is not None:
+            return Verdict.reject(reason, name)
+    return ACCEPT
+
+
+@functools.lru_cache(maxsize=16)
+def _rules_of(policy: TrapPolicy) -> tuple[tuple[str, Callable[[str, TrapContext, TrapPolicy], str | None]], ...]:
+    """(name, rule) of each step `policy.steps` names, in order: what build_chain wraps as Rules."""
+    return tuple((name, _RULES[name]) for name in policy.steps)
 
 
 @functools.lru_cache(maxsize=16)
@@ -334,8 +351,19 @@ def _path_and_query(url: str) -> tuple[str, str]:
 
 # Each URL is split once per chain run, not once per step: the steps ask for the same URL in turn.
 @functools.lru_cache(maxsize=64)
+def _split(url: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The URL's non-empty path segments and its query's (lower-case name, value) pairs."""
+    path, query = _path_and_query(url)
+    pairs = []
+    for pair in query.split("&"):
+        if pair:
+            name, _, value = pair.partition("=")
+            pairs.append((name.lower(), value))
+    return tuple(s for s in path.split("/") if s), tuple(pairs)
+
+
 def _segments(url: str) -> tuple[str, ...]:
-    return tuple(s for s in _path_and_query(url)[0].split("/") if s)
+    return _split(url)[0]
 
 
 def _path_depth(url: str, context: TrapContext, policy: TrapPolicy) -> str | None:
@@ -351,14 +379,8 @@ def _repeated_segments(url: str, context: TrapContext, policy: TrapPolicy) -> st
     return None
 
 
-@functools.lru_cache(maxsize=64)
 def _query_pairs(url: str) -> tuple[tuple[str, str], ...]:
-    pairs = []
-    for pair in _path_and_query(url)[1].split("&"):
-        if pair:
-            name, _, value = pair.partition("=")
-            pairs.append((name.lower(), value))
-    return tuple(pairs)
+    return _split(url)[1]
 
 
 def _query_params(url: str, context: TrapContext, policy: TrapPolicy) -> str | None:

@@ -36,6 +36,19 @@ def test_every_added_fingerprint_is_reported_seen(fps):
     assert all(seen.might_contain(fp) for fp in fps)
 
 
+@settings(max_examples=100)
+@given(st.lists(st.integers(min_value=0, max_value=(1 << 64) - 1), max_size=300),
+       st.lists(st.integers(min_value=-(1 << 63), max_value=(1 << 64) - 1), min_size=1, max_size=50))
+def test_the_early_exit_answer_is_the_answer_of_all_k_positions(added, asked):
+    seen = SeenFilter(BloomPolicy(expected_urls=100, false_positive_rate=0.01))
+    for fp in added:
+        seen.add(fp)
+    bits = seen._bits
+    for fp in asked + added:
+        every_position = all(bits[pos >> 3] & (1 << (pos & 7)) for pos in seen._positions(fp))
+        assert seen.might_contain(fp) == every_position
+
+
 def test_signed_and_unsigned_forms_of_a_fingerprint_are_one_key():
     seen = SeenFilter(BloomPolicy(expected_urls=100))
     seen.add((1 << 64) - 5)

@@ -165,6 +165,13 @@ def test_a_lowered_importance_cuts_the_tokens_to_the_new_capacity() -> None:
     assert refill(row, T0 + 1, 1.0, SMALL).page_tokens == 10.0
 
 
+def test_a_refill_at_the_rows_own_time_returns_the_row_unless_a_capacity_cut_applies() -> None:
+    _, row = _spend_until_denied(BudgetRow(), T0, 1.0, SMALL)
+    assert refill(row, T0, 1.0, SMALL) is row   # the URLs of one batch share `now`: nothing to copy
+    full = refill(BudgetRow(), T0, 4.0, SMALL)
+    assert refill(full, T0, 1.0, SMALL).page_tokens == 10.0   # a lowered capacity still cuts at once
+
+
 def test_refill_rejects_a_time_that_is_not_a_number() -> None:
     with pytest.raises(ValueError, match="now must be a finite time"):
         refill(BudgetRow(), math.nan, 1.0, SMALL)

@@ -4,7 +4,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.traps import DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, STEP_NAMES, TrapContext, TrapPolicy, check_url
+from udfs.traps import (DEFAULT_TRAP_POLICY, EMPTY_SUMMARY, REASONS, STEP_NAMES, TrapContext, TrapPolicy, build_chain,
+                         check_url)
 
 _url_like = st.builds(
     lambda scheme, host, path, query: f"{scheme}://{host}/{path}{'?' + query if query else ''}",
@@ -74,3 +75,18 @@ def test_rules_split_a_url_where_urlsplit_does(url: str) -> None:
     except ValueError:
         got = ValueError
     assert got == expected
+
+
+_policies = st.builds(
+    lambda steps, depth, params, length: TrapPolicy(steps=tuple(steps), max_path_depth=depth, max_query_params=params,
+                                                    max_url_length=length),
+    st.lists(st.sampled_from(STEP_NAMES), unique=True, max_size=len(STEP_NAMES)),
+    st.integers(1, 6), st.integers(0, 4), st.integers(16, 80))
+
+
+@settings(max_examples=300, deadline=None)
+@given(url=st.one_of(_url_like, st.text(max_size=120)), policy=_policies, now=st.integers(-10**12, 10**12),
+       depth=st.integers(0, 30))
+def test_check_url_gives_the_verdict_of_the_policys_chain(url: str, policy: TrapPolicy, now: int, depth: int) -> None:
+    context = TrapContext(now_s=now, depth=depth)
+    assert check_url(url, context, policy) == build_chain(policy)(url, context)
