@@ -1,7 +1,7 @@
 """Alternated crawl runs of two configurations, summarised as one table (issue #8's steps).
 
     .venv/bin/python -m bench.crawl_ab --b job.checkpoint_interval_ms=60000 [--a SECTION.KEY=VALUE ...]
-        [--pairs 2] [--hosts 5000] [--seconds 200] [--out bench/out/ab]
+        [--a-rev REV] [--b-rev REV] [--pairs 2] [--hosts 5000] [--seconds 200] [--out bench/out/ab]
 
 Run to run, pages/s on the 2-core machine spread by a few percent (a run's frontier judges more or
 fewer of the discovered URLs, and the scheduler splits the cores differently), so one run of each
@@ -9,13 +9,16 @@ setting tells little. This runs ours only, B and A alternately (B1 A1 B2 A2 ...:
 machine's speed falls on both), each with `bench.crawl_bench` (its own stack, its network namespace),
 keeps each run's `result.json` and drops its bulky crawl output, then prints a markdown table of the
 runs in time order, with the CPU a page of each stage, and each arm's mean. A is the default
-configuration unless `--a` sets something. Every run is bounded by `--seconds` plus the stack's start
-and stop.
+configuration unless `--a` sets something. `--a-rev` / `--b-rev` run an arm from a git revision
+instead of the working tree (a detached worktree under `--out`, sharing this checkout's virtualenv
+and Maven cache, removed at the end): code changes compare the same way settings do. Every run is
+bounded by `--seconds` plus the stack's start and stop.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +28,7 @@ from statistics import mean
 from typing import Any
 
 from bench.crawl_bench import BenchSpec
+from tests.paths import SHARED
 
 ROOT = Path(__file__).resolve().parents[1]
 # Columns: the stage, and how its Flink vertex (or the TaskManager's remainder) is named in result.json.
@@ -71,32 +75,76 @@ def table(runs: Sequence[tuple[str, str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
-def describe(overrides: Sequence[str]) -> str:
-    return ", ".join(overrides) if overrides else "defaults"
+def describe(overrides: Sequence[str], rev: str | None = None) -> str:
+    setting = ", ".join(overrides) if overrides else "defaults"
+    return f"{rev}: {setting}" if rev else setting
+
+
+def add_worktree(rev: str, path: Path) -> Path:
+    """A detached checkout of `rev` at `path` (replacing one a killed run left) that finds this
+    checkout's Maven cache, so its stack starts without downloading anything again."""
+    remove_worktree(path)
+    subprocess.run(["git", "worktree", "add", "--detach", "--force", str(path), rev], cwd=ROOT, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=120)
+    (path / ".cache").mkdir(exist_ok=True)
+    maven = ROOT / ".cache" / "maven"
+    if maven.exists():
+        (path / ".cache" / "maven").symlink_to(maven, target_is_directory=True)
+    return path
+
+
+def remove_worktree(path: Path) -> None:
+    if path.exists():
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        shutil.rmtree(path, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   timeout=120)
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.crawl_ab", description=__doc__.split("\n\n")[0])
     p.add_argument("--a", action="append", default=[], metavar="SECTION.KEY=VALUE", help="arm A's overrides")
     p.add_argument("--b", action="append", default=[], metavar="SECTION.KEY=VALUE", help="arm B's overrides")
+    p.add_argument("--a-rev", metavar="REV", help="run arm A from this git revision (default: the working tree)")
+    p.add_argument("--b-rev", metavar="REV", help="run arm B from this git revision (default: the working tree)")
     p.add_argument("--pairs", type=int, default=2)
     p.add_argument("--hosts", type=int, default=BenchSpec.hosts)
     p.add_argument("--seconds", type=float, default=200)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "ab")
     args = p.parse_args(argv)
-    if not args.b and not args.a:
-        p.error("give at least one --a or --b override: two runs of the same configuration compare nothing")
+    if not args.b and not args.a and args.a_rev == args.b_rev:
+        p.error("give an --a or --b override or two different revisions: two runs of the same configuration "
+                "compare nothing")
     if not 1 <= args.pairs <= 10:
         p.error(f"--pairs must be 1-10, got {args.pairs}")
     arms = {"a": list(args.a), "b": list(args.b)}
+    revs = {"a": args.a_rev, "b": args.b_rev}
+    out = args.out.resolve()
+    trees = {arm: out / "trees" / arm for arm, rev in revs.items() if rev}
+    try:
+        roots = {arm: add_worktree(revs[arm], trees[arm]) if arm in trees else ROOT for arm in arms}
+        return _alternate(arms, revs, roots, args, out)
+    except subprocess.CalledProcessError as exc:
+        print(f"cannot check out a revision: {exc.stderr.strip()[-500:]}", file=sys.stderr)
+        return 1
+    finally:
+        for tree in trees.values():
+            remove_worktree(tree)
+
+
+def _alternate(arms: dict[str, list[str]], revs: dict[str, str | None], roots: dict[str, Path],
+               args: argparse.Namespace, out: Path) -> int:
+    """The runs in `run_order`, each from its arm's checkout; prints the table. 1 when a run fails."""
     done: list[tuple[str, str, dict[str, Any]]] = []
     counts = {"a": 0, "b": 0}
-    out = args.out.resolve()
     for arm in run_order(args.pairs):
         counts[arm] += 1
         tag = f"{arm}{counts[arm]}"
-        print(f"== {tag}: {describe(arms[arm])}", flush=True)
-        proc = subprocess.run(bench_command(tag, arms[arm], args.hosts, args.seconds, out), cwd=ROOT,
+        print(f"== {tag}: {describe(arms[arm], revs[arm])}", flush=True)
+        proc = subprocess.run(bench_command(tag, arms[arm], args.hosts, args.seconds, out), cwd=roots[arm],
+                              # a worktree is not beside ../shared: the web's real pages are found from here
+                              env={**os.environ, "PYTHONPATH": str(roots[arm]), "CRAWLER_SHARED_DIR": str(SHARED)},
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                               timeout=args.seconds + 900)
         result_file = out / tag / "result.json"
@@ -105,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{tag} failed (exit {proc.returncode}): {proc.stderr.strip()[-2000:]}", file=sys.stderr)
             return 1
         ours = json.loads(result_file.read_text())["crawlers"]["ours"]
-        done.append((tag, describe(arms[arm]), ours))
+        done.append((tag, describe(arms[arm], revs[arm]), ours))
         print(f"   {ours['pages_per_s']:.1f} pages/s, {ours['cpu_per_page_s'] * 1000:.2f} ms a page", flush=True)
     print(table(done))
     return 0

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.crawl_ab import bench_command, main, run_order, stage_ms, table
+from bench.crawl_ab import ROOT, add_worktree, bench_command, describe, main, remove_worktree, run_order, stage_ms, table
 
 
 def ours(pages_per_s: float, cpu_ms: float, parse_ms: float) -> dict:
@@ -54,3 +54,25 @@ def test_two_arms_of_the_same_configuration_are_refused_before_any_run(capsys) -
     with pytest.raises(SystemExit):
         main(["--pairs", "1"])
     assert "compare nothing" in capsys.readouterr().err
+
+
+def test_two_arms_of_the_same_revision_and_settings_are_refused(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--pairs", "1", "--a-rev", "HEAD", "--b-rev", "HEAD"])
+    assert "compare nothing" in capsys.readouterr().err
+
+
+def test_an_arm_from_a_revision_names_it_before_its_settings() -> None:
+    assert describe([], "f7b645c") == "f7b645c: defaults"
+    assert describe(["job.frontier_nice=0"]) == "job.frontier_nice=0"
+
+
+def test_a_revision_is_checked_out_beside_the_tree_with_its_maven_cache_and_removed(tmp_path: Path) -> None:
+    tree = add_worktree("HEAD", tmp_path / "trees" / "b")
+    try:
+        assert (tree / "bench" / "crawl_ab.py").exists()
+        if (ROOT / ".cache" / "maven").exists():
+            assert (tree / ".cache" / "maven").resolve() == (ROOT / ".cache" / "maven").resolve()
+    finally:
+        remove_worktree(tree)
+    assert not tree.exists()
