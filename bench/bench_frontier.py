@@ -74,9 +74,13 @@ class Bench:
         self.rnd = random.Random(seed)
 
     def call(self, event: dict[str, Any], now: float) -> list[dict[str, Any]]:
-        f, host = self.frontier, event["host"]
+        return self.frontier_for(event["host"]).on_event(event["host"], event, now).requests
+
+    def frontier_for(self, host: str) -> HostFrontier:
+        """The frontier with `host`'s state in place, as Flink sets the key before each call."""
+        f = self.frontier
         f.host_row, f.robots_body, f.slots, f.urls, f.due, f.tdmrep_body = self.state[host]
-        return f.on_event(host, event, now).requests
+        return f
 
     def start_hosts(self) -> None:
         """Seed every host and answer its robots.txt lease, so later URLs meet parsed rules."""
@@ -144,7 +148,7 @@ class LeaseCycle:
 
     def admit(self, events: list[dict[str, Any]], now: float) -> None:
         for event in events:
-            self.call(event["host"], self._frontier(event["host"]).on_event(event["host"], event, now))
+            self.call(event["host"], self.bench.frontier_for(event["host"]).on_event(event["host"], event, now))
 
     def run(self, completions: int, now: float) -> float:
         """Answer requests and fire timers until `completions` pages completed; returns the clock."""
@@ -152,19 +156,14 @@ class LeaseCycle:
         while self.completions < goal:
             while self.pending:
                 host, request = self.pending.pop()
-                self.call(host, self._frontier(host).on_event(host, answer(request, now), now))
+                self.call(host, self.bench.frontier_for(host).on_event(host, answer(request, now), now))
                 self.completions += request["kind"] == "page"
             if not self.timers:
                 raise RuntimeError("the frontier has nothing left to release")
             timer_ms, host = heapq.heappop(self.timers)
             now = max(now, timer_ms / 1000.0)
-            self.call(host, self._frontier(host).on_timer(host, timer_ms, now))
+            self.call(host, self.bench.frontier_for(host).on_timer(host, timer_ms, now))
         return now
-
-    def _frontier(self, host: str) -> HostFrontier:
-        f = self.bench.frontier
-        f.host_row, f.robots_body, f.slots, f.urls, f.due, f.tdmrep_body = self.bench.state[host]
-        return f
 
 
 def answer(request: dict[str, Any], now: float) -> dict[str, Any]:

@@ -54,6 +54,12 @@ class BloomPolicy:
 DEFAULT_BLOOM_POLICY = BloomPolicy()
 
 
+def _start_and_step(fp: int) -> tuple[int, int]:
+    """Double hashing's first position and step for a fingerprint (signed or not: one key)."""
+    fp &= _MASK64
+    return fp & 0xFFFFFFFF, (fp >> 32) | 1   # an odd step visits k distinct positions for any m
+
+
 class SeenFilter:
     """The filter itself: `add` a fingerprint, ask `might_contain`; never raises on any int."""
 
@@ -64,8 +70,7 @@ class SeenFilter:
         self._set_bits = 0
 
     def _positions(self, fp: int) -> list[int]:
-        fp &= _MASK64
-        h1, h2 = fp & 0xFFFFFFFF, (fp >> 32) | 1   # an odd step visits k distinct positions for any m
+        h1, h2 = _start_and_step(fp)
         return [(h1 + i * h2) % self.m for i in range(self.k)]
 
     def add(self, fp: int) -> None:
@@ -81,8 +86,7 @@ class SeenFilter:
         # Position by position, stopping at the first clear bit: most URLs the frontier asks about are
         # new, and at a fill well under half one or two probes answer them (admission's hot path).
         bits, m = self._bits, self.m
-        fp &= _MASK64
-        pos, step = fp & 0xFFFFFFFF, (fp >> 32) | 1
+        pos, step = _start_and_step(fp)   # the positions of _positions, one at a time
         for _ in range(self.k):
             position = pos % m
             if not bits[position >> 3] & (1 << (position & 7)):

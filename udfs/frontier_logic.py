@@ -525,6 +525,15 @@ def _empty_queues() -> tuple[tuple[int, int], ...]:
     return tuple((0, 0) for _ in range(LANES))
 
 
+def _waiting(lanes: tuple[tuple[int, int], ...]) -> int:
+    """URLs waiting in these (head, tail) lanes. A loop, not sum() over a generator: the frontier asks
+    several times per event (bench/bench_frontier.py)."""
+    total = 0
+    for head, tail in lanes:
+        total += tail - head
+    return total
+
+
 @dataclass(frozen=True)
 class HostState:
     """The host row. `queues[p] = (head, tail)`: slots head..tail-1 of priority p hold queued URLs."""
@@ -565,10 +574,7 @@ class HostState:
 
     @property
     def queued(self) -> int:
-        total = 0   # a loop, not sum() over a generator: asked several times per event (bench_frontier)
-        for head, tail in self.queues:
-            total += tail - head
-        return total
+        return _waiting(self.queues)
 
     def depth(self, index: int) -> int:
         """URLs waiting in queue `index` (a discovery priority, or PRIORITIES + a recrawl tier)."""
@@ -578,15 +584,12 @@ class HostState:
     @property
     def discovery_queued(self) -> int:
         """URLs waiting in the discovery lanes (the ones `max_queue` bounds)."""
-        total = 0
-        for head, tail in self.queues[:PRIORITIES]:
-            total += tail - head
-        return total
+        return _waiting(self.queues[:PRIORITIES])
 
     @property
     def recrawl_queued(self) -> int:
         """URLs waiting in the recrawl tiers (bounded by the URL table, not `max_queue`)."""
-        return sum(tail - head for head, tail in self.queues[PRIORITIES:])
+        return _waiting(self.queues[PRIORITIES:])
 
     def to_row(self) -> str:
         # (tuples are written as JSON arrays: no list copies of the queues, trap memory or in-links)
