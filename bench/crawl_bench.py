@@ -274,7 +274,10 @@ def discovery_lag(samples: Sequence[Sample], window: Window) -> dict[str, float]
             "growth_per_s": (last.counters[DISCOVERY_LAG] - first.counters[DISCOVERY_LAG]) / seconds,
             "judged_per_s": (urls_judged(last.counters) - urls_judged(first.counters)) / seconds,
             "outcomes_pending": statistics.fmean(s.counters.get(OUTCOMES_LAG, 0.0) for s in inside),
-            "outcomes_backpressured_ms": statistics.fmean(s.counters.get(OUTCOMES_BACKPRESSURE, 0.0) for s in inside)}
+            "outcomes_backpressured_ms": statistics.fmean(s.counters.get(OUTCOMES_BACKPRESSURE, 0.0) for s in inside),
+            # the frontier's own reading (decision 1843): how late it read discovery, and how often it braked
+            "read_late_s": last.counters.get("discovery_lag_s", 0.0),
+            "braked_share": statistics.fmean(float(s.counters.get("backlog_braked", 0.0) > 0) for s in inside)}
 
 
 # Per-vertex CPU metrics of the job (operators/cpu.py, decision 1829), kept in a sample's counters
@@ -498,6 +501,9 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             if "outcomes_pending" in lag:
                 line += (f"; lease ends waiting on crawl.outcomes (its source's lag): {lag['outcomes_pending']:,.0f} "
                          f"on average, that source back-pressured {lag.get('outcomes_backpressured_ms', 0.0):,.0f} ms/s")
+            if "read_late_s" in lag:
+                line += (f"; at the window's end the frontier read batches whose page was fetched {lag['read_late_s']:,.0f} s "
+                         f"before, its backlog brake on in {lag['braked_share']:.0%} of the window's samples (decision 1843)")
             lines.append(line + ".")
         busy = ours.get("busy_ms_per_s") or {}
         if busy:

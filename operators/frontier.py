@@ -89,8 +89,9 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
     f"recrawl_depth_t{t}" for t in range(fl.RECRAWL_TIERS))
 GAUGES = DEPTH_GAUGES + ("hosts_with_queue", "oldest_due_age_s")
-# Levels of the release budget (decision 1618): leases out now, the bound in force, completions per minute.
-BUDGET_GAUGES = ("leases_out", "leases_cap", "completions_per_min")
+# Levels of the release budget (decision 1618): leases out now, the bound in force, completions per minute;
+# how far behind discovery the subtask reads and whether that holds its leases back (decision 1843).
+BUDGET_GAUGES = ("leases_out", "leases_cap", "completions_per_min", "discovery_lag_s", "backlog_braked")
 _REDIRECTS = (fl.UrlStatus.MOVED_PERMANENTLY, fl.UrlStatus.REDIRECTED)
 # Plan steps that put a lease out (they take room in the release budget) and events that end one.
 _LEASING = (fl.Step.FETCH_ROBOTS, fl.Step.FETCH_TDMREP, fl.Step.FETCH_PROBE, fl.Step.POP)
@@ -249,6 +250,8 @@ class HostFrontier:
         if self.budget is not None and kind in _LEASE_ENDS:
             self.budget.ended(event.get("lease_id"), now)
         if kind == "discovered" and isinstance(event.get("urls"), list):
+            if self.budget is not None:
+                self.budget.discovered(event.get("found_at"), now)
             if self.budgets is not None:
                 state = fl.note_inlink(state, host, event.get("from_host"))
             state, admitted = self._admit_all(host, state, event["urls"], now, controls, event.get("from_fp"))
@@ -752,12 +755,16 @@ class HostFrontier:
             self._rules.popitem(last=False)
 
 
-def budget_level(budget: ReleaseBudget, name: str) -> int:
+def budget_level(budget: ReleaseBudget, name: str, now: float) -> int:
     """One of BUDGET_GAUGES."""
     if name == "leases_out":
         return budget.outstanding
     if name == "leases_cap":
         return budget.cap
+    if name == "discovery_lag_s":
+        return round(budget.lag_s(now))
+    if name == "backlog_braked":
+        return int(budget.braked(now))
     return round(budget.rate * 60.0)
 
 
@@ -848,14 +855,15 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         gauges = FrontierGauges()
 
         target_s = self.policy.lease_budget_s
-        budget = (ReleaseBudget(target_s, self.policy.min_leases_out, self.policy.max_leases_out, time.time())
+        budget = (ReleaseBudget(target_s, self.policy.min_leases_out, self.policy.max_leases_out, time.time(),
+                                max_lag_s=self.policy.max_discovery_lag_s)
                   if target_s > 0 else None)
 
         def level(name: str) -> int:
             if name == "bloom_fill_ratio_ppm":
                 return int(seen.fill_ratio * 1_000_000) if seen is not None else 0
             if name in BUDGET_GAUGES:
-                return budget_level(budget, name)
+                return budget_level(budget, name, time.time())
             if name == THREAD_CPU:
                 return thread_cpu_ms()
             if name == THREAD_NICE:

@@ -673,7 +673,8 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
         for start in range(0, len(urls), MAX_URLS_PER_BATCH):
             batches.append(DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host,
                                            urls=urls[start:start + MAX_URLS_PER_BATCH],
-                                           from_host=request["host"], from_fp=request["fp"]))
+                                           from_host=request["host"], from_fp=request["fp"],
+                                           found_at=result["done_at"]))
     return batches
 
 

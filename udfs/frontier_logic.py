@@ -92,6 +92,7 @@ RECORD_VERSION = 2              # URL-table rows: 1 = [status, at, etag, last_mo
 SLOT_SPAN = 1 << 40             # slot key = priority * SLOT_SPAN + seq; fits a signed Java long
 _MAX_URL_LENGTH = 8192          # a longer "url" in an event is malformed, whatever the URL policy allows
 _MAX_HOST_KEY_LENGTH = 300      # a DNS name (253) and a port, or a bracketed IPv6 address and a port
+MIN_DISCOVERY_LAG_S = 60.0      # the lowest brake limit: below it, a page's own trip would set the brake
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,12 @@ class FrontierPolicy:
         `lease_timeout_s` is used; 0 turns the bound off.
     min_leases_out: the bound never goes below this many leases per subtask (256).
     max_leases_out: nor above this many (100,000).
+    max_discovery_lag_s: the brake on the discovery backlog (decision 1843): while the newest discovered
+        batch the subtask read was found on a page fetched more than this long ago, no lease goes out,
+        so the page path pauses and the frontier catches up before `crawl.frontier`'s retention could
+        delete links it has not read (1 h; the local broker keeps 7 days, k8s/kafka-topics.yaml 30).
+        Works with the release bound (`release_target_s` > 0); 0 turns the brake off, otherwise at
+        least 60 s (a page's own trip from its fetch to the frontier takes seconds).
     """
 
     robots_agent: str = DEFAULT_USER_AGENT
@@ -148,6 +155,7 @@ class FrontierPolicy:
     release_target_s: float = 8.0
     min_leases_out: int = 256
     max_leases_out: int = 100_000
+    max_discovery_lag_s: float = 3_600.0
 
     @property
     def lease_budget_s(self) -> float:
@@ -174,6 +182,10 @@ class FrontierPolicy:
         if self.max_leases_out < self.min_leases_out:
             raise ValueError(f"frontier.max_leases_out ({self.max_leases_out!r}) must be at least "
                              f"frontier.min_leases_out ({self.min_leases_out!r})")
+        lag = self.max_discovery_lag_s
+        if not math.isfinite(lag) or not (lag == 0 or lag >= MIN_DISCOVERY_LAG_S):
+            raise ValueError(f"frontier.max_discovery_lag_s must be 0 (no brake) or a finite number of seconds "
+                             f">= {MIN_DISCOVERY_LAG_S:g}, got {lag!r}")
         if self.due_bucket_s < 0.01:  # bucket times must leave room for the politeness timer between them
             raise ValueError(f"frontier.due_bucket_s must be at least 0.01, got {self.due_bucket_s!r}")
 

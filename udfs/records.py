@@ -98,6 +98,9 @@ class DiscoveredBatch(TypedDict):
     # The url_fp of that page (writers since decision 1815): its host's frontier counts the new URLs the
     # page brought to its own host, the page's hub yield for the recrawl schedule.
     from_fp: NotRequired[int]
+    # When that page was fetched (its done_at, Unix seconds; writers since decision 1843): the frontier
+    # reads how far behind discovery it is, and brakes its releases past `frontier.max_discovery_lag_s`.
+    found_at: NotRequired[float]
 
 
 class Completion(TypedDict):

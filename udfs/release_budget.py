@@ -14,12 +14,20 @@ rate at whatever it measured first). A slot never lies more than `HORIZON_TARGET
 later hosts wake at a random point of the second half of that horizon and look again, so each waiting
 host looks at most about once per horizon / 2 (a wake-up costs a timer and a host-state write).
 
+The budget also brakes on the discovery backlog (decision 1843): the frontier reads discovered links
+from `crawl.frontier` with the CPU the page path leaves, and each batch says when its page was fetched.
+While the newest batch read says this subtask is more than `max_lag_s` behind discovery, no lease goes
+out: the page path (and the discovery it feeds) pauses, and the frontier catches up instead of leaving
+links to the topic's retention. The reading holds for `BRAKE_HOLD_S`; a newer batch under the limit,
+or no batch for that long (nothing left to read), releases the brake.
+
 Transient, like the Bloom filter: after a restore it starts empty and counts only this run's leases
 (their ids carry the run, decision 1604), so leases of the crashed run neither hold room nor free it.
 Pure: the clock and the random source come in.
 """
 from __future__ import annotations
 
+import math
 import random
 from collections import OrderedDict
 
@@ -28,20 +36,23 @@ RATE_WEIGHT = 0.5        # weight of the newest window in the moving rate
 PACE_FACTOR = 2.0        # wake slots come this much faster than completions free room
 HORIZON_TARGETS = 2.0    # no wake slot further ahead than this many targets
 GRACE_S = 60.0           # a lease this long past its deadline is forgotten even if no expiry said so
+BRAKE_HOLD_S = 30.0      # a discovery-lag reading counts this long: hosts braked wake after half to all of it
 
 
 class ReleaseBudget:
     """Leases out (this run's, by id → deadline), the completion rate, and the wake pacer."""
 
-    __slots__ = ("target_s", "floor", "ceiling", "rate", "_out", "_window_start", "_completed",
-                 "_next_slot", "_random")
+    __slots__ = ("target_s", "floor", "ceiling", "max_lag_s", "rate", "_out", "_window_start", "_completed",
+                 "_next_slot", "_random", "_lag_s", "_lag_read_at")
 
     def __init__(self, target_s: float, floor: int, ceiling: int, now: float,
-                 rng: random.Random | None = None) -> None:
-        if target_s <= 0 or floor < 1 or ceiling < floor:
-            raise ValueError(f"release budget needs target_s > 0 and 1 <= floor <= ceiling, "
-                             f"got {target_s!r}, {floor!r}, {ceiling!r}")
+                 rng: random.Random | None = None, max_lag_s: float = 0.0) -> None:
+        if target_s <= 0 or floor < 1 or ceiling < floor or not max_lag_s >= 0:
+            raise ValueError(f"release budget needs target_s > 0, 1 <= floor <= ceiling and max_lag_s >= 0, "
+                             f"got {target_s!r}, {floor!r}, {ceiling!r}, {max_lag_s!r}")
         self.target_s, self.floor, self.ceiling = target_s, floor, ceiling
+        self.max_lag_s = max_lag_s   # 0: no brake
+        self._lag_s, self._lag_read_at = 0.0, -math.inf
         self.rate = 0.0            # completions per second, moving
         self._out: OrderedDict[str, float] = OrderedDict()
         self._window_start, self._completed = now, 0
@@ -58,10 +69,24 @@ class ReleaseBudget:
         return max(self.floor, min(self.ceiling, int(self.rate * self.target_s)))
 
     def admits(self, now: float) -> bool:
-        """Whether one more lease may go out at `now`."""
+        """Whether one more lease may go out at `now`: room under the bound, and no brake on."""
         self._roll(now)
         self._forget_lost(now)
-        return len(self._out) < self.cap
+        return len(self._out) < self.cap and not self.braked(now)
+
+    def discovered(self, found_at: object, now: float) -> None:
+        """A discovered batch whose page was fetched at `found_at` is read at `now`: how far this subtask
+        is behind discovery. A batch without a usable time (a seed, an older writer) says nothing."""
+        if isinstance(found_at, (int, float)) and not isinstance(found_at, bool) and math.isfinite(found_at):
+            self._lag_s, self._lag_read_at = max(0.0, now - found_at), now
+
+    def lag_s(self, now: float) -> float:
+        """The newest discovery-lag reading, 0 once none has come for `BRAKE_HOLD_S` (nothing waits)."""
+        return self._lag_s if now - self._lag_read_at < BRAKE_HOLD_S else 0.0
+
+    def braked(self, now: float) -> bool:
+        """Whether leases wait for the frontier to catch up with discovery (decision 1843)."""
+        return self.max_lag_s > 0 and self.lag_s(now) > self.max_lag_s
 
     def leased(self, lease_id: str, deadline: float) -> None:
         self._out[lease_id] = deadline
@@ -73,7 +98,10 @@ class ReleaseBudget:
         self._roll(now)
 
     def wake_at(self, now: float) -> float:
-        """The time a host turned away at `now` should look again (reserves one pacer slot)."""
+        """The time a host turned away at `now` should look again (reserves one pacer slot). While the
+        brake is on, hosts look again once the reading that set it has lapsed, spread over its second half."""
+        if self.braked(now):
+            return now + BRAKE_HOLD_S * self._random.uniform(0.5, 1.0)
         pace = PACE_FACTOR * max(self.rate, self.floor / self.target_s)
         slot = max(self._next_slot, now) + 1.0 / pace
         horizon = HORIZON_TARGETS * self.target_s

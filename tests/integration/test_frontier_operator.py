@@ -214,3 +214,30 @@ def test_operator_controls_block_rate_limit_and_unblock_a_host_within_seconds(fr
     assert second["url"] == f"http://{host}/2"
     assert at - sent >= 4.0 - 0.05              # 1 / 0.25 rps, not the default 1 s
     assert third["url"] == f"http://{host}/3"
+
+
+def test_a_batch_found_hours_ago_holds_every_release_until_a_fresh_one_is_read(frontier_job):
+    """The brake on the discovery backlog (decision 1843), last in this module: it holds every host's
+    releases while it is on."""
+    feed, results, rest, _ = frontier_job
+    host = "backlog.example"
+
+    def batch(path: str, found_at: float) -> dict:
+        url = f"http://{host}{path}"
+        return {"v": 1, "type": "discovered", "host": host, "found_at": found_at,
+                "urls": [{"url": url, "fp": url_fp(url), "depth": 1, "priority": 5, "source": "link"}]}
+
+    feed.send(batch("/old", time.time() - 7_200))     # the frontier reads links two hours behind discovery
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:                 # a new host's robots.txt would go at once: it waits
+        try:
+            _, request = next_request(results, timeout=0.5)
+        except queue.Empty:
+            continue
+        assert request["host"] != host, f"released while braked: {request!r}"
+    levels = frontier_counters(rest)
+    assert levels.get("backlog_braked") == 1 and levels.get("discovery_lag_s", 0) >= 7_200
+
+    feed.send(batch("/new", time.time()))              # caught up: the brake lets go on this batch
+    robots = next_for(results, host, timeout=15)
+    assert (robots["kind"], robots["url"]) == ("robots", f"http://{host}/robots.txt")

@@ -144,11 +144,13 @@ def test_the_discovery_lag_is_the_last_reading_in_the_window_its_growth_and_the_
                                              cb.OUTCOMES_LAG: 40}),
                cb.Sample(20.0, {}, counters={"released": 3}),
                cb.Sample(30.0, {}, counters={cb.DISCOVERY_LAG: 6_000, "admitted": 900, "dropped_seen": 250,
-                                             "dropped_trap_path_too_deep": 100, "released": 700}),
+                                             "dropped_trap_path_too_deep": 100, "released": 700,
+                                             "discovery_lag_s": 95, "backlog_braked": 1}),
                cb.Sample(40.0, {}, counters={cb.DISCOVERY_LAG: 99_000})]
     assert cb.discovery_lag(samples, cb.Window(5.0, 35.0)) == {"at_end": 6_000, "growth_per_s": 250.0,
                                                                "judged_per_s": 55.0, "outcomes_pending": 20.0,
-                                                               "outcomes_backpressured_ms": 0.0}
+                                                               "outcomes_backpressured_ms": 0.0, "read_late_s": 95,
+                                                               "braked_share": 0.5}
     assert cb.discovery_lag(samples[:2], cb.Window(5.0, 35.0)) == {}
 
 

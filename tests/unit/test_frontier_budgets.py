@@ -125,6 +125,14 @@ def test_writers_say_which_host_the_links_were_found_on():
     assert batches and {b["from_host"] for b in batches} == {"shop.example.com"}
 
 
+def test_writers_say_when_the_page_the_links_were_found_on_was_fetched():
+    from operators.warc_writer import discovered_batches
+    from tests.unit.test_canonical import _bundle
+    bundle = _bundle(None)
+    batches = discovered_batches(bundle)
+    assert batches and {b["found_at"] for b in batches} == {bundle["result"]["done_at"]}   # decision 1843
+
+
 # --- domain shares (decision 1811) ----------------------------------------------------------------
 
 DOMAIN = BudgetPolicy(host_pages_per_day=3.0, host_urls_per_round=4.0, domain_pages_per_day=4.0,

@@ -13,7 +13,7 @@ from operators.frontier import METRICS, HostFrontier
 from tests.unit.test_frontier_logic_host import T0, PrefixRules
 from udfs import frontier_logic as fl
 from udfs.politeness import PolitenessPolicy
-from udfs.release_budget import GRACE_S, HORIZON_TARGETS, RATE_WINDOW_S, ReleaseBudget
+from udfs.release_budget import BRAKE_HOLD_S, GRACE_S, HORIZON_TARGETS, RATE_WINDOW_S, ReleaseBudget
 from udfs.records import b64
 from udfs.urls import url_fp
 
@@ -80,6 +80,57 @@ def test_wake_slots_are_paced_faster_than_the_rate_and_never_beyond_the_horizon(
 def test_a_bad_budget_is_rejected_with_its_values():
     with pytest.raises(ValueError, match="floor <= ceiling"):
         ReleaseBudget(20.0, floor=10, ceiling=5, now=T0)
+    with pytest.raises(ValueError, match="max_lag_s >= 0"):
+        ReleaseBudget(20.0, floor=1, ceiling=5, now=T0, max_lag_s=-1.0)
+
+
+# --- the brake on the discovery backlog (decision 1843) ------------------------------------------
+
+
+def test_a_batch_read_further_behind_discovery_than_the_limit_holds_every_lease_back():
+    budget = ReleaseBudget(20.0, floor=4, ceiling=100, now=T0, max_lag_s=3_600.0)
+    assert budget.admits(T0)
+    budget.discovered(T0 - 3_601.0, T0)
+    assert budget.braked(T0) and not budget.admits(T0) and budget.lag_s(T0) == pytest.approx(3_601.0)
+    assert not budget.admits(T0 + BRAKE_HOLD_S - 0.1)     # the reading holds while no newer one comes
+
+
+def test_the_brake_lets_go_on_a_batch_under_the_limit_or_when_no_batch_came_for_the_hold():
+    budget = ReleaseBudget(20.0, floor=4, ceiling=100, now=T0, max_lag_s=3_600.0)
+    budget.discovered(T0 - 7_200.0, T0)
+    budget.discovered(T0 + 1.0 - 3_000.0, T0 + 1.0)      # caught up to batches found 50 minutes ago
+    assert budget.admits(T0 + 1.0) and budget.lag_s(T0 + 1.0) == pytest.approx(3_000.0)
+    budget.discovered(T0 - 7_200.0, T0 + 2.0)
+    assert not budget.admits(T0 + 2.0)
+    assert budget.admits(T0 + 2.0 + BRAKE_HOLD_S)        # nothing more to read: the backlog is gone
+    assert budget.lag_s(T0 + 2.0 + BRAKE_HOLD_S) == 0.0
+
+
+def test_without_a_limit_or_a_usable_time_the_lag_never_brakes():
+    off = ReleaseBudget(20.0, floor=4, ceiling=100, now=T0)   # max_lag_s 0: no brake
+    off.discovered(T0 - 86_400.0, T0)
+    assert off.admits(T0) and off.lag_s(T0) == pytest.approx(86_400.0)
+    on = ReleaseBudget(20.0, floor=4, ceiling=100, now=T0, max_lag_s=60.0)
+    for found_at in (None, "yesterday", True, float("nan"), float("-inf")):
+        on.discovered(found_at, T0)                   # seeds, older writers, malformed events
+    assert on.admits(T0) and on.lag_s(T0) == 0.0
+    on.discovered(T0 + 5.0, T0)                       # a writer's clock ahead of ours is no lag
+    assert on.lag_s(T0) == 0.0
+
+
+def test_a_host_braked_looks_again_once_the_reading_has_lapsed_not_at_pacer_slots():
+    budget = ReleaseBudget(10.0, floor=4, ceiling=1_000, now=T0, rng=random.Random(3), max_lag_s=60.0)
+    budget.discovered(T0 - 600.0, T0)
+    wakes = [budget.wake_at(T0) for _ in range(200)]
+    assert all(T0 + BRAKE_HOLD_S / 2 <= w <= T0 + BRAKE_HOLD_S for w in wakes)
+
+
+def test_the_lag_limit_is_an_hour_by_default_zero_for_none_and_never_below_a_minute():
+    assert fl.FrontierPolicy().max_discovery_lag_s == 3_600.0
+    assert fl.FrontierPolicy(max_discovery_lag_s=0).max_discovery_lag_s == 0
+    for bad in (30.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="max_discovery_lag_s must be 0 .no brake. or a finite number"):
+            fl.FrontierPolicy(max_discovery_lag_s=bad)
 
 
 def test_the_policy_uses_at_most_a_third_of_the_lease_and_zero_turns_it_off():
@@ -229,9 +280,32 @@ def test_with_a_bound_hosts_wait_in_the_frontier_and_no_lease_expires():
 
 
 def test_the_budget_levels_follow_the_budget_as_it_changes():
-    from operators.frontier import budget_level
-    budget = ReleaseBudget(20.0, floor=4, ceiling=1_000, now=T0)
-    assert [budget_level(budget, n) for n in ("leases_out", "leases_cap", "completions_per_min")] == [0, 4, 0]
+    from operators.frontier import BUDGET_GAUGES, budget_level
+    budget = ReleaseBudget(20.0, floor=4, ceiling=1_000, now=T0, max_lag_s=3_600.0)
+    assert BUDGET_GAUGES == ("leases_out", "leases_cap", "completions_per_min", "discovery_lag_s", "backlog_braked")
+    assert [budget_level(budget, n, T0) for n in BUDGET_GAUGES] == [0, 4, 0, 0, 0]
     budget.leased("a/r-1", T0 + 60)
     budget.rate = 10.0
-    assert [budget_level(budget, n) for n in ("leases_out", "leases_cap", "completions_per_min")] == [1, 200, 600]
+    budget.discovered(T0 - 4_000.4, T0)
+    assert [budget_level(budget, n, T0) for n in BUDGET_GAUGES] == [1, 200, 600, 4_000, 1]
+
+
+def test_a_subtask_far_behind_discovery_releases_nothing_until_it_has_caught_up():
+    budget = ReleaseBudget(10.0, floor=20, ceiling=10_000, now=T0, rng=random.Random(7), max_lag_s=3_600.0)
+    subtask = Subtask(hosts=200, budget=budget, per_second=10.0)
+    subtask.seed(pages=50)
+    subtask.run(30.0)
+    released = len(subtask.released_at)
+    assert released > 100                                    # crawling
+    host = subtask.hosts[0]
+    late = [{"url": f"http://{host}/late", "fp": url_fp(f"http://{host}/late"), "depth": 2, "priority": 5,
+             "source": "link"}]
+    subtask.event(host, {"v": 1, "type": "discovered", "host": host, "urls": late, "found_at": subtask.now - 7_200})
+    subtask.run(BRAKE_HOLD_S - 1.0)
+    assert len(subtask.released_at) == released              # braked: the leases out came back, none went
+    assert subtask.counts["leases_expired"] == 0
+    fresh = [{"url": f"http://{host}/fresh", "fp": url_fp(f"http://{host}/fresh"), "depth": 2, "priority": 5,
+              "source": "link"}]
+    subtask.event(host, {"v": 1, "type": "discovered", "host": host, "urls": fresh, "found_at": subtask.now - 5})
+    subtask.run(BRAKE_HOLD_S + HORIZON_TARGETS * 10.0)       # every braked host looks again within the hold
+    assert len(subtask.released_at) > released + 100
