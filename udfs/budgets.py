@@ -26,6 +26,7 @@ from typing import Any
 
 from udfs import compact_json
 from udfs.frozen import copied
+from udfs.numbers import is_finite_number as _finite
 
 __all__ = [
     "BUDGET_ROW_VERSION",
@@ -49,10 +50,6 @@ __all__ = [
 
 BUDGET_ROW_VERSION = 1
 DAY_S = 86_400.0
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,7 @@ from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, Page
 from udfs.budgets import (BudgetPolicy, BudgetRow, ImportanceSignals, Scope, admit_all, admit_budget, admit_round,
                            importance, next_page_at)
 from udfs.frozen import copied
+from udfs.numbers import is_finite_number
 from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, preflight_answer, probe_due
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
@@ -1349,7 +1350,7 @@ def _paced(state: HostState, health: Health, fetch_s: float, retry_after: float 
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if is_finite_number(value):
         return float(value)
     return None
 

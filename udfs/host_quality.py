@@ -13,11 +13,11 @@ The row is plain JSON text with a schema version (ARCHITECTURE.md §3). No clock
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from udfs import compact_json
+from udfs.numbers import is_finite_number as _finite
 
 __all__ = [
     "DEFAULT_QUALITY_POLICY",
@@ -31,10 +31,6 @@ __all__ = [
 
 QUALITY_ROW_VERSION = 1
 MAX_OFFSET = 3
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass(frozen=True)

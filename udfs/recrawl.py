@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from udfs.simhash import hamming
+from udfs.numbers import is_finite_number as _finite
 
 __all__ = [
     "DEFAULT_RECRAWL_POLICY",
@@ -83,10 +84,6 @@ _CHANGEFREQ_PER_DAY: tuple[tuple[str, float], ...] = (
     ("yearly", 1 / 365), ("never", 1 / 3650))
 _PAGE_KIND_PER_DAY: tuple[tuple[str, float], ...] = (
     ("home", 2.0), ("hub", 1.0), ("feed", 4.0), ("article", 1 / 30), ("document", 1 / 180), ("media", 1 / 365))
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 SCHEDULERS = ("adaptive", "uniform", "halve")

@@ -31,6 +31,8 @@ import math
 import random
 from collections import OrderedDict
 
+from udfs.numbers import is_finite_number
+
 RATE_WINDOW_S = 5.0      # completions are counted over windows this long
 RATE_WEIGHT = 0.5        # weight of the newest window in the moving rate
 PACE_FACTOR = 2.0        # wake slots come this much faster than completions free room
@@ -77,7 +79,7 @@ class ReleaseBudget:
     def discovered(self, found_at: object, now: float) -> None:
         """A discovered batch whose page was fetched at `found_at` is read at `now`: how far this subtask
         is behind discovery. A batch without a usable time (a seed, an older writer) says nothing."""
-        if isinstance(found_at, (int, float)) and not isinstance(found_at, bool) and math.isfinite(found_at):
+        if is_finite_number(found_at):
             self._lag_s, self._lag_read_at = max(0.0, now - found_at), now
 
     def lag_s(self, now: float) -> float:
