@@ -1,4 +1,5 @@
-"""Time our robots.txt matcher against Protego's on the real-world corpus, side by side.
+"""Time our robots.txt matcher against Protego's on the real-world corpus, side by side; then its cost per URL
+on hostile files.
 
 Usage: .venv/bin/python -m bench.bench_robots [--rounds 3]   (from the project root)
 Data: the 392 real robots.txt files and 19,772 (file, agent, URL) probes of
@@ -6,13 +7,17 @@ Data: the 392 real robots.txt files and 19,772 (file, agent, URL) probes of
 for parse speed. Each library parses every file once, then answers every probe; the "cold" pass
 includes the first query per (file, agent) (our per-agent group resolution), "warm" passes repeat
 the same probes. The two libraries take turns on small batches so a shared machine's load falls on
-both alike. Prints parse MB/s and checks/s for both. Bounded loops, no network.
+both alike. Prints parse MB/s and checks/s for both. Then the cost of one URL (CPU time, best of
+--rounds) on files built to be slow within the 512 KiB parse limit, and on the costliest real files
+with long URLs, and how many of those answers ran out of the matching budget (decision 3720).
+Bounded loops, no network.
 """
 from __future__ import annotations
 
 import argparse
 import gzip
 import json
+import string
 import tarfile
 import time
 from collections.abc import Callable
@@ -21,7 +26,9 @@ from typing import Any
 from protego import Protego
 
 from tests.paths import TESTDATA, WEBDATA
-from udfs.robots import RobotsPolicy, parse_robots
+from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, RobotsRules, parse_robots
+
+AGENT = "FlinkCrawler/0.1"
 
 
 def load_probes() -> tuple[dict[str, bytes], list[tuple[str, str, str]]]:
@@ -63,6 +70,76 @@ def race(batches: list, runners: list[Callable[[Any], object]]) -> list[float]:
     return totals
 
 
+def hostile_file(lines: Any) -> bytes:
+    """`User-agent: *` and as many of `lines` as fit in the default parse limit."""
+    out, size = [b"User-agent: *\n"], 14
+    for line in lines:
+        if size + len(line) + 1 > DEFAULT_ROBOTS_POLICY.max_bytes:
+            break
+        out.append(line + b"\n")
+        size += len(line) + 1
+    return b"".join(out)
+
+
+def repetitive_needles(length: int) -> list[bytes]:
+    """Pieces that make a substring search compare almost all of themselves at every place of `/aaaa...`."""
+    marks = [c.encode() for c in string.ascii_letters + string.digits if c != "a"]
+    return [b"a" * k + mark + b"a" * (length - k - 1) for k in range(length - 1) for mark in marks]
+
+
+def hostile_cases() -> dict[str, tuple[bytes, list[str]]]:
+    h = "https://h.example"
+    a_n = hostile_file(b"Disallow: /a*%d$" % i for i in range(1, 10**6))
+    a_n_z = hostile_file(b"Disallow: /a*%d*z$" % i for i in range(1, 10**6))
+    return {
+        "/a*N$ x26,667, 2 KB URL": (a_n, [h + "/a" + c * 2040 + "1" for c in "bcdefghijk"]),
+        "/a*N*z$, 2 KB URL ending in z": (a_n_z, [h + "/a" + c * 2040 + "z" for c in "bcdefghijk"]),
+        "/a*N*z$, 15-octet URL": (a_n_z, [h + "/a/page-%s.html" % c for c in "bcdefghijk"]),
+        "find worst case, 8-octet pieces": (
+            hostile_file(b"Disallow: /a*" + n for n in repetitive_needles(8)), [h + "/a" + "a" * 2040] * 10),
+        "find worst case, 99-octet pieces": (
+            hostile_file(b"Disallow: /a*" + n for n in repetitive_needles(99)), [h + "/a" + "a" * 2040] * 10),
+        "rules of 200 pieces": (
+            hostile_file(b"Disallow: /*" + b"a*" * 200 + b"b%d" % i for i in range(1, 10**6)), [h + "/" + "a" * 2040] * 10),
+        "prefix rules of 1,000 lengths": (
+            hostile_file(b"Disallow: /" + b"a" * n + b"x" for n in range(1, 2000)), [h + "/" + "a" * 2040] * 10),
+        "26,667 allows of one priority": (
+            hostile_file(b"Allow: /a*%05d$" % i for i in range(1, 10**6)), [h + "/a" + "b" * 2040] * 10),
+    }
+
+
+def per_url_us(rules: RobotsRules, urls: list[str], rounds: int) -> float:
+    """Best CPU microseconds per URL over `rounds` passes (the first query, which resolves the groups, excluded)."""
+    rules.allowed(urls[0], AGENT)
+    return min(timed(lambda: [rules.allowed(u, AGENT) for u in urls]) for _ in range(rounds)) / len(urls) * 1e6
+
+
+def hostile(corpus: list[bytes], rounds: int) -> None:
+    budget = DEFAULT_ROBOTS_POLICY.match_budget
+    print(f"cost of one URL (match_budget {budget:,}), CPU us, best of {rounds}:")
+    for name, (body, urls) in hostile_cases().items():
+        rules = parse_robots(body)
+        over = sum(rules.check(u, AGENT).over_budget for u in urls)
+        print(f"  {name:34} {len(body) / 1024:4.0f} KiB {per_url_us(rules, urls, rounds):8.1f} us/URL"
+              f"  over budget {over}/{len(urls)}")
+    unit = "/shop/category/item-12345.html?page=2&sort=price&q=blue+shoes"
+    for body, wildcards in costliest(corpus, 2):
+        rules = parse_robots(body)
+        for size in (120, 250, 2048):
+            urls = ["https://h.example" + ("/" + (unit * 40)[i:])[:size] for i in range(10)]
+            over = sum(rules.check(u, AGENT).over_budget for u in urls)
+            print(f"  real file, {wildcards} wildcard rules, {size:4}-octet URL {len(body) / 1024:3.0f} KiB "
+                  f"{per_url_us(rules, urls, rounds):8.1f} us/URL  over budget {over}/{len(urls)}")
+
+
+def costliest(corpus: list[bytes], count: int) -> list[tuple[bytes, int]]:
+    """The real files whose rules for our agent hold the most wildcard rules, and how many."""
+    def wildcards(body: bytes) -> int:
+        buckets, generic = parse_robots(body)._resolve(AGENT)[0]
+        return sum(rule[3] is not None for bucket in (*buckets.values(), generic) if bucket for rule in bucket[0])
+    return sorted(((body, wildcards(body)) for body in corpus), key=lambda pair: -pair[1])[:count]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="warm query passes (best one is reported)")
@@ -90,6 +167,8 @@ def main() -> None:
     big_s = race([big] * 3, [lambda body: parse_robots(body, whole), protego_parse])
     for i, name in enumerate(libs):
         print(f"{name:8} largest file ({len(big) / 1e6:.2f} MB, all of it) parsed in {big_s[i] / 3 * 1000:.0f} ms")
+    hostile(corpus, args.rounds)
+
 
 if __name__ == "__main__":
     main()

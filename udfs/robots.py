@@ -16,9 +16,16 @@ Paths are compared as percent-encoded octets (§2.2.2): patterns and URL paths a
 canonical form (`%xx` upper-cased; `$` and `*` as data, controls, space, backslash and
 `"<>^`{|}[]` escaped; in patterns also every octet >= 0x80). The URL is expected to be normalised
 already (`udfs.urls.normalize_url`, which percent-encodes non-ASCII); raw non-ASCII left in it is
-compared as it is, as Google's parser and its normative tests do. A `Disallow` written with escaped
-unreserved octets (`/%7Ejoe/`) also covers the decoded spelling that normalised URLs use
-(docs/decisions/0200-robots-matching.md).
+compared as it is, as Google's parser and its normative tests do. Escaped unreserved octets
+(RFC 3986 §2.3) are compared decoded (§2.2.2): a path is matched as written and decoded
+(`/%7Ejoe` also as `/~joe`), a `Disallow` as written and decoded, an `Allow` only as written
+(Google's normative ID_Encoding cases); reserved octets such as `%2F` stay escaped
+(docs/decisions/0200-robots-matching.md, 3721).
+
+Matching one URL has a bounded cost whatever the file (`RobotsRules.check` states the bound):
+literal rules are looked up by text, and the wildcard rules are paid from a work budget
+(`RobotsPolicy.match_budget`); a URL that would need more is refused and flagged
+(docs/decisions/3720).
 
 `rules_for_fetch(status, body, error)` is the RFC 9309 §2.3.1 status table: what a robots.txt fetch
 outcome means for the host (parse, allow all, disallow all and retry, follow the redirect;
@@ -31,7 +38,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 _KIB: Final = 1024
 # RFC 9309 §2.5: a parsing limit, if any, MUST be at least 500 KiB.
@@ -40,6 +47,8 @@ RFC_MIN_PARSE_BYTES: Final = 500 * _KIB
 RFC_MIN_REDIRECTS: Final = 5
 # RFC 9309 §2.4: a cached robots.txt SHOULD NOT be used for more than 24 hours.
 RFC_MAX_CACHE_S: Final = 24 * 3600.0
+# The largest work per URL accepted (`RobotsPolicy.match_budget`, about 17 ms): a bound has to stay one.
+MAX_MATCH_BUDGET: Final = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -53,12 +62,17 @@ class RobotsPolicy:
         fetched again (86,400 s; RFC 9309 §2.4 says no longer than 24 hours).
     unreachable_ttl_s: how long the disallow-all of an unreachable robots.txt (5xx, 429, network
         error) holds before a new fetch is tried (600 s).
+    match_budget: the work that matching one URL may cost, in units of about a nanosecond on the
+        benchmark machine (1,048,576, about 1 ms; `RobotsRules.check` states the bound). A URL
+        that needs more is refused (fail closed) and flagged (`RobotsCheck.over_budget`); none of
+        4,623 real files needs it for a path of up to 500 octets (docs/decisions/3720).
     """
 
     max_bytes: int = 512 * _KIB
     max_sitemaps: int = 1000
     cache_ttl_s: float = RFC_MAX_CACHE_S
     unreachable_ttl_s: float = 600.0
+    match_budget: int = 1 << 20
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_bytes, int) or self.max_bytes < RFC_MIN_PARSE_BYTES:
@@ -75,6 +89,11 @@ class RobotsPolicy:
         if not 0 < self.unreachable_ttl_s <= RFC_MAX_CACHE_S:
             raise ValueError(
                 f"unreachable_ttl_s must be in (0, {RFC_MAX_CACHE_S:g}] seconds, got {self.unreachable_ttl_s!r}"
+            )
+        if (isinstance(self.match_budget, bool) or not isinstance(self.match_budget, int)
+                or not 0 <= self.match_budget <= MAX_MATCH_BUDGET):
+            raise ValueError(
+                f"match_budget must be an integer in [0, {MAX_MATCH_BUDGET}], got {self.match_budget!r}"
             )
 
 
@@ -119,9 +138,11 @@ def _line_tokens(value: str) -> set[str]:
 # udfs.urls escapes in a normalised URL (controls, space, " < > \ ^ ` { | } [ ]), and `$` / `*` as
 # data (so a pattern's `%24` matches a URL's `$`, and a `$` inside a pattern matches `%24`). In
 # patterns also every octet >= 0x80; in URLs non-ASCII is left as it is (see the module docstring).
-_PATH_ESCAPES: Final = re.compile(r"%[0-9A-Fa-f]{2}|[\x00-\x20\"<>\\^`{|}\[\]\x7f$*]")
+# Escapes already upper-cased are left alone in paths (normalised URLs have only those).
+_PATH_ESCAPES: Final = re.compile(r"%(?:[0-9A-F][a-f]|[a-f][0-9A-Fa-f])|[\x00-\x20\"<>\\^`{|}\[\]\x7f$*]")
 _PATTERN_ESCAPES: Final = re.compile(rb"%[0-9A-Fa-f]{2}|[\x00-\x20\"<>\\^`{|}\[\]\x7f-\xff]|\$(?!\Z)")
-# An escaped unreserved octet (RFC 3986 §2.3) in a canonical pattern; udfs.urls decodes these.
+# An escaped unreserved octet (RFC 3986 §2.3) in a canonical pattern or path (escapes upper-cased);
+# compared decoded (§2.2.2), and udfs.urls decodes these in the URLs it normalises.
 _ESCAPED_UNRESERVED: Final = re.compile(r"%(?:3[0-9]|4[1-9A-F]|5[0-9A]|6[1-9A-F]|7[0-9A]|2[DE]|5F|7E)")
 _PATH_START: Final = re.compile(r"[/?;]")
 
@@ -182,40 +203,115 @@ def canonical_pattern(raw: bytes) -> str:
 # --------------------------------------------------------------------------------------------
 # Compiled rules
 
-# One allow/disallow line compiled for matching: (head, tail, anchored, allow, priority).
-# `head` must be a prefix of the path. For a pattern with `*`, `tail` holds the pieces after the
-# first `*` (the last one is matched at the end when `anchored`, i.e. the pattern ended in `$`);
-# a pattern without `*` that ends in `$` has `tail == ()` and must equal `head`; a plain prefix
-# pattern has `tail is None`. `priority` is the octet length of the canonical pattern (§2.2.2).
-_Rule = tuple[str, "tuple[str, ...] | None", bool, bool, int]
-# Rules whose head fixes the first octet after "/" are filed under head[:2]; the rest are generic.
-_Matcher = tuple[dict[str, tuple[_Rule, ...]], tuple[_Rule, ...]]
+# One allow/disallow line compiled for matching: (priority, allow, head, middle, last). `priority`
+# is the octet length of the canonical pattern as written (§2.2.2); `head` the literal text before
+# the first `*`, a prefix of every path the rule matches. A prefix rule (`/a`, and `/a*` or `/a*$`,
+# which mean the same) has `middle is None` and `last is None`; an exact rule (`/a$`: the path must
+# equal `head`) `middle is None` and `last == ""`. A wildcard rule has its non-empty pieces after the
+# first `*`: `middle`, found left to right after the head, and `last`, which must end the path when
+# the pattern ended in `$` (None otherwise).
+_Rule = tuple[int, bool, str, "tuple[str, ...] | None", "str | None"]
+# The best (allow, disallow) priorities of the literal rules of one text; -1 for none.
+_Best = tuple[int, int]
+# The literal rules of one bucket found by dictionary probes: the lengths of its prefix texts
+# (ascending), its prefix texts, its exact texts and the work of probing them (charged whole,
+# whatever the path's length, plus the path's length when there are exact texts).
+_Probed = tuple[tuple[int, ...], dict[str, _Best], dict[str, _Best], int]
+# The rules of one bucket: its listed rules, highest priority first and allow first on a tie, and
+# its probed ones (None when there are none). The listed rules are its wildcard rules and, when it has
+# at most _LISTED_PREFIXES prefix rules, those too (as rules without pieces, read like the others: a
+# few `startswith` beat the probes); a bucket with more finds them by probing, as it finds exact rules.
+_Bucket = tuple[tuple[_Rule, ...], "_Probed | None"]
+# Buckets by the first two octets of the head, and the bucket of the heads shorter than that (None
+# when there are none).
+_Matcher = tuple[dict[str, _Bucket], "_Bucket | None"]
+
+# The work of matching one URL, in units of about a nanosecond on the benchmark machine, each
+# weight set from the slowest input measured for its step (docs/decisions/3720): a dictionary probe
+# costs _PROBE_WORK plus the octets hashed; a wildcard rule examined _RULE_WORK; a search for one of
+# its pieces _PIECE_WORK plus 2 per place where the piece could start and 4 plus its length per
+# place where the path holds the piece's last octet (`str.find` compares the rest only there, up to
+# the whole piece on repetitive text). Counting those places costs a pass over the path, so for a
+# search whose worst case (4 plus the length per place) is at most _COUNT_ABOVE that is charged.
+_PROBE_WORK: Final = 128
+_RULE_WORK: Final = 512
+_PIECE_WORK: Final = 128
+_COUNT_ABOVE: Final = 1024
+_LISTED_PREFIXES: Final = 16
 
 
 def _compile_rule(allow: bool, pattern: str, priority: int) -> _Rule:
     anchored = pattern.endswith("$")
     body = pattern[:-1] if anchored else pattern
     if "*" not in body:
-        return (body, () if anchored else None, anchored, allow, priority)
+        return (priority, allow, body, None, "" if anchored else None)
     head, *rest = body.split("*")
-    return (head, tuple(rest), anchored, allow, priority)
+    if anchored and not rest[-1]:  # `/a*b*$` ends anywhere, as `/a*b` does
+        anchored = False
+    pieces = tuple(piece for piece in rest if piece)  # `**` is `*`
+    if not pieces:  # `/a*` and `/a*$` are the prefix `/a`
+        return (priority, allow, head, None, None)
+    if anchored:
+        return (priority, allow, head, pieces[:-1], pieces[-1])
+    return (priority, allow, head, pieces, None)
 
 
-def _rank(rule: _Rule) -> int:
-    return -2 * rule[4] - rule[3]  # longest first, allow before disallow on a tie
+def _decoded_octet(match: re.Match[str]) -> str:
+    return chr(int(match.group(0)[1:], 16))
 
 
 def _compile(lines: Iterable[_Rule]) -> _Matcher:
-    """Sort rules longest first, allow before disallow on a tie, and file them by head[:2]."""
-    rules = sorted(dict.fromkeys(lines), key=_rank)
-    buckets: dict[str, list[_Rule]] = {}
-    generic: list[_Rule] = []
-    for rule in rules:
-        if len(rule[0]) >= 2:
-            buckets.setdefault(rule[0][:2], []).append(rule)
+    """File rules by their head's first two octets (`_bucket` orders each bucket)."""
+    staged: dict[str, list[_Rule]] = {}
+    for rule in dict.fromkeys(lines):
+        head = rule[2]
+        key = head[:2] if len(head) >= 2 else ""
+        rules = staged.get(key)
+        if rules is None:
+            staged[key] = [rule]
         else:
-            generic.append(rule)
-    return {key: tuple(value) for key, value in buckets.items()}, tuple(generic)
+            rules.append(rule)
+    generic = staged.pop("", None)
+    return {key: _bucket(rules) for key, rules in staged.items()}, _bucket(generic) if generic else None
+
+
+def _bucket(rules: list[_Rule]) -> _Bucket:
+    """One bucket: wildcard rules, and prefix rules unless there are more than _LISTED_PREFIXES, listed
+    best first; the exact rules, and the prefix rules past that number, by text."""
+    listed: list[_Rule] = []
+    texts: list[_Rule] = []
+    prefixes = 0
+    for rule in rules:
+        if rule[3] is not None:
+            listed.append(rule)
+        elif rule[4] is None:
+            prefixes += 1
+            listed.append(rule)
+        else:
+            texts.append(rule)
+    if prefixes > _LISTED_PREFIXES:
+        texts.extend(rule for rule in listed if rule[3] is None)
+        listed = [rule for rule in listed if rule[3] is not None]
+    if len(listed) > 1:
+        listed.sort(key=_rank)
+    if not texts:
+        return tuple(listed), None
+    prefix: dict[str, _Best] = {}
+    exact: dict[str, _Best] = {}
+    for priority, allow, head, _, last in texts:
+        found = prefix if last is None else exact
+        best = found.get(head, (-1, -1))
+        if allow and priority > best[0]:
+            found[head] = (priority, best[1])
+        elif not allow and priority > best[1]:
+            found[head] = (best[0], priority)
+    lengths = tuple(sorted(set(map(len, prefix))))
+    work = _PROBE_WORK * (len(lengths) + (1 if exact else 0)) + sum(lengths)
+    return tuple(listed), (lengths, prefix, exact, work)
+
+
+def _rank(rule: _Rule) -> int:
+    return -2 * rule[0] - rule[1]  # highest priority first, allow before disallow on a tie
 
 
 def _resolved(groups: list[_Group]) -> tuple[_Matcher, float | None]:
@@ -224,46 +320,97 @@ def _resolved(groups: list[_Group]) -> tuple[_Matcher, float | None]:
     return _compile(rule for group in groups for rule in group.rules), max(delays) if delays else None
 
 
-def _tail_matches(path: str, pos: int, tail: tuple[str, ...], anchored: bool) -> bool:
-    """Match the pieces after the first `*` from `pos` on.
+# What `_decide` answers: allowed, refused, or refused because the budget ran out.
+_ALLOWED: Final = 1
+_REFUSED: Final = 0
+_OVER_BUDGET: Final = -1
 
-    Taking each middle piece at its leftmost occurrence is optimal, so this runs in linear time:
-    no backtracking that a hostile `/*a*a*a*a*b` pattern could blow up.
+
+def _decide(matcher: _Matcher, path: str, budget: int, allow: int = -1, disallow: int = -1,
+            decoded: bool = False) -> int:
+    """Longest match wins, allow wins a tie, no match allows (RFC 9309 §2.2.2); one of the codes above.
+
+    A path with escaped unreserved octets (`/%7Ejoe`) is also read decoded (`/~joe`), as §2.2.2
+    asks, and a rule that matches either spelling matches. For each spelling two buckets are read,
+    the one of its first two octets and the one of shorter heads: their probed rules by dictionary
+    probes, one per prefix length up to the path's and one for the exact texts; then their listed
+    rules, best first, while they can still change the answer (one below the best priority found
+    cannot, nor can one equal to it unless it is an allow that breaks a tie in its favour). Each
+    piece of a wildcard rule is taken at its leftmost occurrence, which is optimal: one pass, no
+    backtracking. All of it is paid from `budget`, and a URL that overdraws it is refused (fail
+    closed) as soon as it does.
     """
-    if not tail:  # "/exact$"
-        return len(path) == pos
-    last = len(tail) - 1
-    for i in range(last):
-        piece = tail[i]
-        found = path.find(piece, pos)
-        if found < 0:
-            return False
-        pos = found + len(piece)
-    piece = tail[last]
-    if anchored:
-        return path.endswith(piece) and len(path) - len(piece) >= pos
-    return path.find(piece, pos) >= 0
-
-
-def _decide(matcher: _Matcher, path: str) -> bool:
-    """Longest match wins, allow wins a tie, no match allows (RFC 9309 §2.2.2).
-
-    Each list is sorted so that its first match is its best; the generic list is only read down
-    to the priority already found in the path's bucket.
-    """
-    best, verdict = -1, True
-    for head, tail, anchored, allow, priority in matcher[0].get(path[:2], ()):
-        if path.startswith(head) and (tail is None or _tail_matches(path, len(head), tail, anchored)):
-            best, verdict = priority, allow
-            break
-    for head, tail, anchored, allow, priority in matcher[1]:
-        if priority < best:
-            break
-        if path.startswith(head) and (tail is None or _tail_matches(path, len(head), tail, anchored)):
-            if priority > best or allow:
-                verdict = allow
-            break
-    return verdict
+    buckets, generic = matcher
+    size = len(path)
+    for bucket in (buckets.get(path[:2]), generic):
+        if bucket is None:
+            continue
+        listed, probed = bucket
+        if probed is not None:
+            lengths, prefix, exact, work = probed
+            budget -= work + (size if exact else 0)
+            if budget < 0:
+                return _OVER_BUDGET
+            for length in lengths:
+                if length > size:
+                    break
+                best = prefix.get(path[:length])
+                if best is not None:
+                    if best[0] > allow:
+                        allow = best[0]
+                    if best[1] > disallow:
+                        disallow = best[1]
+            best = exact.get(path) if exact else None
+            if best is not None:
+                if best[0] > allow:
+                    allow = best[0]
+                if best[1] > disallow:
+                    disallow = best[1]
+        top = allow if allow > disallow else disallow
+        for priority, is_allow, head, middle, last in listed:
+            if priority < top or priority == top and (not is_allow or allow == top):
+                break
+            if middle is None:  # a prefix rule: a bucket lists at most 16, read unpaid
+                if not path.startswith(head):
+                    continue
+            else:  # a wildcard rule: its head, its pieces in order, the last one at the end
+                budget -= _RULE_WORK
+                if budget < 0:
+                    return _OVER_BUDGET
+                if not path.startswith(head):
+                    continue
+                pos, end = len(head), size
+                if last is not None:
+                    end -= len(last)
+                    if end < pos or not path.endswith(last):
+                        continue
+                for piece in middle:
+                    length = len(piece)
+                    places = end - pos - length + 1
+                    if places <= 0:
+                        pos = -1
+                        break
+                    scan = places * (4 + length)
+                    if scan > _COUNT_ABOVE:  # `str.find` compares octets only where the piece's last one is
+                        scan = 2 * places + path.count(piece[-1], pos + length - 1, end) * (4 + length)
+                    budget -= _PIECE_WORK + scan
+                    if budget < 0:
+                        return _OVER_BUDGET
+                    pos = path.find(piece, pos, end)
+                    if pos < 0:
+                        break
+                    pos += length
+                if pos < 0:  # a piece is missing
+                    continue
+            if is_allow:
+                allow = top = priority
+            else:
+                disallow = top = priority
+    if not decoded and "%" in path:
+        spelling = _ESCAPED_UNRESERVED.sub(_decoded_octet, path)
+        if spelling != path:
+            return _decide(matcher, spelling, budget, allow, disallow, True)
+    return _ALLOWED if disallow <= allow else _REFUSED
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,7 +495,7 @@ def _add_rule(rules: list[_Rule], allow: bool, pattern: str) -> None:
     """
     rules.append(_compile_rule(allow, pattern, len(pattern)))
     if not allow and _ESCAPED_UNRESERVED.search(pattern):
-        decoded = _ESCAPED_UNRESERVED.sub(lambda m: chr(int(m.group(0)[1:], 16)), pattern)
+        decoded = _ESCAPED_UNRESERVED.sub(_decoded_octet, pattern)
         rules.append(_compile_rule(allow, decoded, len(pattern)))
 
 
@@ -360,8 +507,15 @@ def _crawl_delay(value: bytes) -> float | None:
     return delay if math.isfinite(delay) else None
 
 
+class RobotsCheck(NamedTuple):
+    """One URL's answer: `allowed`, and `over_budget` when the matching budget ran out (it then refuses)."""
+
+    allowed: bool
+    over_budget: bool
+
+
 class RobotsRules:
-    """The parsed rules of one robots.txt; answers `allowed`, `crawl_delay` and `sitemaps`.
+    """The parsed rules of one robots.txt; answers `allowed` (`check`), `crawl_delay` and `sitemaps`.
 
     Built by `parse_robots`, `allow_all()` or `disallow_all()`. Read-only for its users; all that
     changes after construction is a small per-agent cache of resolved groups (the agents without a
@@ -372,7 +526,7 @@ class RobotsRules:
     truncated says the body was longer than the policy's `max_bytes`.
     """
 
-    __slots__ = ("_specific", "_global", "_global_resolved", "_sitemaps", "_cache",
+    __slots__ = ("_specific", "_global", "_global_resolved", "_sitemaps", "_cache", "_budget",
                  "directives", "unknown_directives", "looks_like_html", "truncated")
 
     def __init__(
@@ -384,6 +538,7 @@ class RobotsRules:
         unknown_directives: int = 0,
         looks_like_html: bool = False,
         truncated: bool = False,
+        match_budget: int = DEFAULT_ROBOTS_POLICY.match_budget,
     ) -> None:
         self._specific: dict[str, list[_Group]] = {}
         self._global: list[_Group] = []
@@ -393,6 +548,7 @@ class RobotsRules:
             for token in group.tokens:
                 self._specific.setdefault(token, []).append(group)
         self._sitemaps = list(sitemaps)
+        self._budget = match_budget
         self._cache: dict[str, tuple[_Matcher, float | None]] = {}
         # Every agent without a group of its own gets the `*` groups: resolved once for all of them
         # (the frontier asks for its own agent and five AI agents on a host's first page).
@@ -421,7 +577,7 @@ class RobotsRules:
         return list(self._sitemaps)
 
     def allowed(self, url: str, user_agent: str) -> bool:
-        """Whether `user_agent` may fetch `url` (RFC 9309 §2.2.1-2.2.3).
+        """Whether `user_agent` may fetch `url` (RFC 9309 §2.2.1-2.2.3); `check(...).allowed`.
 
         `url` is an absolute, normalised URL (or a path); `user_agent` a full User-Agent string
         or just its product token. Never raises.
@@ -429,7 +585,29 @@ class RobotsRules:
         path = url_match_path(url)
         if path == "/robots.txt":
             return True
-        return _decide(self._resolve(user_agent)[0], path)
+        return _decide(self._resolve(user_agent)[0], path, self._budget) > 0
+
+    def check(self, url: str, user_agent: str) -> RobotsCheck:
+        """The answer of `allowed`, and whether the URL needed more than the policy's `match_budget`.
+
+        The cost of one URL is bounded whatever the file. Reading its path is linear in the path's
+        length n (escaping it; decoding escaped unreserved octets when it holds `%`, which gives a
+        second spelling to match). Matching costs at most `match_budget` units, about a nanosecond
+        each on the benchmark machine, for both spellings together: a probed bucket 128 per prefix
+        length and per exact lookup plus the octets hashed; a wildcard rule examined 512; a search
+        for one of its pieces 128, plus 2 per place where the piece could start, plus 4 and its
+        length per place where the path holds its last octet (what `str.find` may compare). Beyond
+        that, at most 16 prefix rules per bucket are read with `startswith`, two buckets per
+        spelling. A URL that would overdraw the budget is refused and `over_budget` says so: such an
+        answer may refuse what the file allows, never the reverse. Measured: at most about 1 ms
+        for any file of up to 512 KiB, under 0.5 ms for the costliest real ones at paths of up to
+        250 octets, a few microseconds for ordinary files (docs/decisions/3720). Never raises.
+        """
+        path = url_match_path(url)
+        if path == "/robots.txt":
+            return RobotsCheck(True, False)
+        verdict = _decide(self._resolve(user_agent)[0], path, self._budget)
+        return RobotsCheck(verdict > 0, verdict == _OVER_BUDGET)
 
     def crawl_delay(self, user_agent: str) -> float | None:
         """The largest `Crawl-delay` (seconds) in the groups that apply to `user_agent`, or None.
@@ -527,6 +705,7 @@ def parse_robots(body: bytes, policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY) -> R
     return RobotsRules(
         groups, list(sitemaps), directives=directives, unknown_directives=unknown,
         looks_like_html=_HTML_START.match(data) is not None, truncated=truncated,
+        match_budget=policy.match_budget,
     )
 
 

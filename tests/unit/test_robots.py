@@ -33,6 +33,10 @@ def rules(text: str) -> RobotsRules:
     ("cache_ttl_s", 0.0, "cache_ttl_s"),
     ("cache_ttl_s", 2 * 86400.0, "RFC 9309 §2.4"),
     ("unreachable_ttl_s", -5.0, "unreachable_ttl_s"),
+    ("match_budget", -1, "match_budget"),
+    ("match_budget", 1 << 30, "match_budget"),
+    ("match_budget", 2.5, "match_budget"),
+    ("match_budget", True, "match_budget"),
 ])
 def test_policy_rejects_out_of_range_values_naming_the_field(field: str, value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -383,6 +387,29 @@ def test_disallow_pattern_blocks_the_normalised_url(pattern: str, raw_url: str) 
     url = normalize_url(raw_url)
     assert url is not None
     assert not rules(f"User-agent: *\nDisallow: {pattern}\n").allowed(url, AGENT)
+
+
+@pytest.mark.parametrize(("robots", "path", "allowed"), [
+    ("Disallow: /~bar", "/%7Ebar", False),                 # RFC 9309 §2.2.2: unreserved octets compared decoded
+    ("Disallow: /~bar", "/%7ebar", False),
+    ("Disallow: /%7Ebar", "/~bar", False),
+    ("Disallow: /%7ebar", "/~bar", False),
+    ("Disallow: /A-b.c_d", "/%41%2Db%2Ec%5Fd", False),     # ALPHA, DIGIT, - . _ ~ are the unreserved octets
+    ("Disallow: /%41%2Db%2Ec%5Fd", "/A-b.c_d", False),
+    ("Disallow: /*~x$", "/a%7Ex", False),                   # wildcard rules too
+    ("Disallow: /a*%7Ex$", "/ab~x", False),
+    ("Disallow: /a/b", "/a%2Fb", True),                     # reserved octets stay escaped
+    ("Disallow: /a%2Fb", "/a/b", True),
+    ("Disallow: /a%2fb", "/a%2Fb", False),
+    ("Disallow: /a?b", "/a%3Fb", True),
+    ("Disallow: /\nAllow: /~bar", "/%7Ebar", True),        # a path is read in both spellings for allows too
+    ("Disallow: /\nAllow: /%7Ebar", "/~bar", False),       # an allow's own escapes stay literal (Google ID_Encoding)
+    ("Disallow: /\nAllow: /%7Ebar", "/%7Ebar", True),
+    ("Allow: /~bar\nDisallow: /%7Ebar", "/~bar", False),   # the longer pattern as written wins
+])
+def test_unreserved_octets_are_compared_decoded(robots: str, path: str, allowed: bool) -> None:
+    r = rules("User-agent: *\n" + robots + "\n")
+    assert r.allowed("https://a.example" + path, AGENT) is allowed
 
 
 def test_escaped_unreserved_octets_disallow_both_spellings_but_allow_only_the_literal_one() -> None:

@@ -1,9 +1,13 @@
 """Properties of udfs.robots: never raises on hostile input; matches a brute-force reference."""
 from __future__ import annotations
 
+from unittest.mock import patch
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from udfs import robots
 from udfs.robots import RobotsRules, parse_robots, url_match_path
 
 _LINE_KEYS = ["User-agent", "user-agent", "Allow", "Disallow", "disallow", "Crawl-delay", "Sitemap",
@@ -83,3 +87,66 @@ def test_matcher_agrees_with_reference_definition(rule_set: list[tuple[bool, str
     ours = parse_robots(body.encode()).allowed("https://a.example" + path, "bot")
     expected = path == "/robots.txt" or _reference_allowed(rule_set, path)
     assert ours == expected
+
+
+# --- differential: escaped unreserved octets compared decoded (RFC 9309 §2.2.2), reserved ones not ---
+
+def _unreserved_decoded(text: str) -> str:
+    return text.replace("%7E", "~").replace("%41", "A")
+
+
+def _reference_allowed_decoding(rules: list[tuple[bool, str]], path: str) -> bool:
+    """A rule matches if it matches the path as written or decoded; a disallow also when decoded itself.
+
+    An allow is taken only as written (Google's normative ID_Encoding cases); `%2F` is reserved and
+    never decoded. Priority is the length of the pattern as written.
+    """
+    spellings = {path, _unreserved_decoded(path)}
+
+    def matches(allow: bool, pattern: str) -> bool:
+        forms = {pattern} if allow else {pattern, _unreserved_decoded(pattern)}
+        return any(_reference_matches(s, p) for s in spellings for p in forms)
+
+    best_allow = max((len(p) for allow, p in rules if allow and matches(True, p)), default=-1)
+    best_disallow = max((len(p) for allow, p in rules if not allow and matches(False, p)), default=-1)
+    return best_disallow <= best_allow
+
+
+_TOKENS = ["a", "A", "~", "%7E", "%41", "/", "%2F", "*"]
+_escaped_patterns = st.tuples(
+    st.sampled_from(["/", "*"]),
+    st.lists(st.sampled_from(_TOKENS), max_size=5).map("".join),
+    st.sampled_from(["", "$"]),
+).map(lambda parts: "".join(parts))
+_escaped_paths = st.lists(st.sampled_from([t for t in _TOKENS if t != "*"]), max_size=6).map(lambda t: "/" + "".join(t))
+
+
+@settings(max_examples=400, deadline=None)
+@given(rule_set=st.lists(st.tuples(st.booleans(), _escaped_patterns), min_size=1, max_size=8), path=_escaped_paths)
+def test_matcher_agrees_with_reference_on_escaped_octets(rule_set: list[tuple[bool, str]], path: str) -> None:
+    body = "User-agent: *\n" + "".join(f"{'Allow' if allow else 'Disallow'}: {p}\n" for allow, p in rule_set)
+    check = parse_robots(body.encode()).check("https://a.example" + path, "bot")
+    assert not check.over_budget
+    assert check.allowed == (path == "/robots.txt" or _reference_allowed_decoding(rule_set, path))
+
+
+_crowded_patterns = st.tuples(  # many texts under few heads
+    st.sampled_from(["/a", "/ab", "/"]),
+    st.text(alphabet="ab/*", max_size=8),
+    st.sampled_from(["", "$"]),
+).map(lambda parts: "".join(parts))
+
+
+@pytest.mark.parametrize("listed", [0, robots._LISTED_PREFIXES, 1000], ids=["all-probed", "default", "all-listed"])
+@settings(max_examples=150, deadline=None)
+@given(rule_set=st.lists(st.tuples(st.booleans(), _crowded_patterns), min_size=20, max_size=80),
+       paths=st.lists(st.text(alphabet="ab/", max_size=12).map(lambda p: "/" + p), min_size=1, max_size=10))
+def test_matcher_agrees_with_reference_on_many_rules(listed: int, rule_set: list[tuple[bool, str]],
+                                                     paths: list[str]) -> None:
+    """Many rules share buckets, texts and priorities: lookups, lists and pruning must not change an answer."""
+    body = "User-agent: *\n" + "".join(f"{'Allow' if allow else 'Disallow'}: {p}\n" for allow, p in rule_set)
+    with patch.object(robots, "_LISTED_PREFIXES", listed):
+        rules = parse_robots(body.encode())
+        for path in paths:
+            expected = path == "/robots.txt" or _reference_allowed(rule_set, path)
+            assert rules.allowed("https://a.example" + path, "bot") == expected

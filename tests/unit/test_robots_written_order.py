@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from operators.parse import parse_result
+from udfs.page_facts import parse_result
 from operators.warc_writer import discovered_batches
 from udfs import frontier_logic as fl
 from udfs.links import extract
