@@ -1,25 +1,26 @@
 """The training-data consumer: pages.parsed → filtered, near-deduplicated Parquet (issue #9).
 
-For each page, in order: contract check, takedowns (read from crawl.control, kept as the search index
-keeps them), opt-out (the record's `optout` field, decision 1203), language allow-list, text length
-bounds, then corpus-level near-duplicate removal with MinHash/LSH (udfs.minhash) against every page
-already kept, this run or an earlier one. Kept pages go to `OUT/crawl_date=YYYY-MM-DD/part-*.parquet`
-(hive partitioning by the UTC date of `fetched_at`); every page filtered out gets one line in
-`OUT/_dropped.jsonl` with its url and reason. A takedown also removes the pages it matches from the
-part files already written (consumers/corpus_takedowns.py, decision 1920).
+For each page, in order: contract check (consumers.pages; a record that fails it goes to
+`OUT/_deadletter.jsonl` with the reason, decision 3740), takedowns (read from crawl.control, kept as
+the search index keeps them), opt-out (the record's `optout` field, decision 1203), language
+allow-list, text length bounds, then corpus-level near-duplicate removal with MinHash/LSH
+(udfs.minhash) against every page already kept, this run or an earlier one. Kept pages go to
+`OUT/crawl_date=YYYY-MM-DD/part-*.parquet` (hive partitioning by the UTC date of `fetched_at`); every
+page filtered out gets one line in `OUT/_dropped.jsonl` with its url and reason. A takedown also
+removes the pages it matches from the part files already written (consumers/corpus_takedowns.py,
+decision 1920).
 
 State lives beside the data under names that Parquet readers skip (a leading `_`, as Hadoop's
 `_SUCCESS`): `OUT/_state/minhash.sqlite` holds the signatures of kept pages, so a restarted
 consumer keeps its index, and the takedowns read so far; it records the shingle size, signature
-length and seed it was built with and refuses another. Per batch: Parquet files (written whole,
-renamed into place), then the dropped log, then the signatures are made durable, and only then are
-the Kafka offsets committed (at-least-once: a crash between the steps can repeat at most one batch;
-decision 1204). Decision: docs/decisions/1206-corpus-parquet-layout-and-state.md.
+length and seed it was built with and refuses another. Per batch: the dead-letter lines, Parquet
+files (written whole, renamed into place), then the dropped log, then the signatures are made
+durable, and only then are the Kafka offsets committed (at-least-once: a crash between the steps can
+repeat at most one batch; decision 1204). Decision: docs/decisions/1206-corpus-parquet-layout-and-state.md.
 """
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sqlite3
 import time
@@ -37,16 +38,15 @@ import pyarrow.parquet as pq
 
 from crawler.durable import fsync_path
 from consumers.corpus_takedowns import Removal, remove_taken_down
-from consumers.stream import Message, ReadLimits, consume_batches, read_page
+from consumers.deadletter import CORPUS_DEAD_LETTER, DeadLetters
+from consumers.pages import DEFAULT_PAGE_LIMITS, INVALID_CONTROL, BadRecord, PageLimits, read_page
+from consumers.stream import Message, ReadLimits, consume_batches
 from crawler.audit import AuditLog
 from udfs.control import Takedown, parse_control
 from udfs.control_state import ControlTable
 from udfs.minhash import DEFAULT_MINHASH_POLICY, LshIndex, MinHashPolicy, signature
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, ContractError
 from udfs.urls import host_key
-
-_LOG = logging.getLogger("consumers.corpus")
-_LOG.addHandler(logging.NullHandler())
 
 DROPPED_LOG: Final = "_dropped.jsonl"
 STATE_DIR: Final = "_state"
@@ -103,7 +103,7 @@ class CorpusPolicy:
 class Drop:
     """Why one page stays out of the corpus: a reason code and a human-readable detail."""
 
-    reason: str       # invalid | taken_down | optout | lang | too_short | too_long | near_duplicate | already_in_corpus
+    reason: str       # taken_down | optout | lang | too_short | too_long | near_duplicate | already_in_corpus
     detail: str = ""
 
 
@@ -184,15 +184,24 @@ class SignatureStore:
 
 
 class CorpusWriter:
-    """Applies batches of pages.parsed messages to a corpus folder; `counts` says what happened."""
+    """Applies batches of pages.parsed messages to a corpus folder; `counts` says what happened.
+
+    Records that cannot be handled (consumers.pages.read_page, or a crawl.control record udfs.control
+    refuses) go to the dead-letter file `dead_letter` (default OUT/_deadletter.jsonl), counted as
+    `dead_letter`.
+    """
 
     def __init__(self, out: Path | str, policy: CorpusPolicy = CorpusPolicy(), *, audit: AuditLog | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, limits: PageLimits = DEFAULT_PAGE_LIMITS,
+                 dead_letter: Path | str | None = None) -> None:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.policy = policy
+        self.limits = limits
         self._audit = audit
         self._clock = clock
+        self._dead = DeadLetters(self.out / CORPUS_DEAD_LETTER if dead_letter is None else dead_letter, "corpus",
+                                 clock=clock)
         self._store = SignatureStore(self.out / STATE_DIR / "minhash.sqlite", policy.minhash)
         self._index, self._urls = self._store.load()
         # The takedowns in force, as the frontier and the search index keep them (udfs.control_state).
@@ -212,22 +221,23 @@ class CorpusWriter:
         self.close()
 
     def apply(self, batch: list[Message]) -> None:
-        """Filter, deduplicate and write one batch, applying its takedowns in order; durable (Parquet,
-        logs, signatures, takedowns) on return. A takedown first flushes the pages before it."""
-        pending = _Pending()
+        """Filter, deduplicate and write one batch, applying its takedowns in order; durable (dead
+        letters, Parquet, logs, signatures, takedowns) on return. A takedown first flushes the pages
+        before it."""
+        pending, now = _Pending(), self._clock()
+        self._dead.discard()
         for message in batch:
             if message.topic == TOPIC_CONTROL:
-                command = self._takedown_of(message.value)
+                command = self._takedown_of(message)
                 if command is not None:
                     self._flush(pending)
                     pending = _Pending()
                     self.take_down(command)
                 continue
             try:
-                page = read_page(message.value)
-            except ContractError as exc:
-                pending.dropped.append(_dropped_line({"url": None, "url_fp": None, "fetched_at": None},
-                                                     Drop("invalid", str(exc))))
+                page = read_page(message.value, now, self.limits)
+            except BadRecord as exc:
+                self._dead.add(message, exc)
                 continue
             verdict, sig = self._judge(page)
             if verdict is not None:
@@ -259,16 +269,20 @@ class CorpusWriter:
                                counts=removal.counts(), corpus=str(self.out))
         return removal
 
-    def _takedown_of(self, raw: bytes | None) -> Takedown | None:
+    def _takedown_of(self, message: Message) -> Takedown | None:
         try:
-            command = parse_control(raw if raw is not None else b"")
+            command = parse_control(message.value if message.value is not None else b"")
         except ContractError as exc:
-            self.counts["control_invalid"] += 1
-            _LOG.warning("skipped a crawl.control record: %s", exc)
+            self._dead.add(message, BadRecord(INVALID_CONTROL, None, str(exc)))
             return None
         return command if isinstance(command, Takedown) else None
 
     def _flush(self, pending: _Pending) -> None:
+        # Dead letters first: when their file cannot be written, nothing more of the batch is, so
+        # the batch read again does not write its pages twice.
+        dead = self._dead.flush()
+        if dead:
+            self.counts["dead_letter"] += dead
         for date, pages in pending.kept.items():
             self._write_part(date, pages)
         self._append_dropped(pending.dropped)
@@ -342,11 +356,12 @@ def _dropped_line(page: dict[str, Any], drop: Drop) -> dict[str, Any]:
             "reason": drop.reason, "detail": drop.detail}
 
 
-
 def run_corpus(bootstrap: str, out: Path | str, policy: CorpusPolicy, limits: ReadLimits, *,
-               group_id: str = "corpus", audit: AuditLog | None = None) -> dict[str, int]:
+               group_id: str = "corpus", audit: AuditLog | None = None,
+               dead_letter: Path | str | None = None) -> dict[str, int]:
     """Consume pages.parsed and the takedowns on crawl.control into the corpus folder `out` until
-    `limits` stop it; returns the counts (kept, one per drop reason, takedowns, removed, messages)."""
-    with CorpusWriter(out, policy, audit=audit) as writer:
+    `limits` stop it; returns the counts (kept, one per drop reason, dead_letter, takedowns, removed,
+    messages). Records that cannot be handled go to `dead_letter` (default OUT/_deadletter.jsonl)."""
+    with CorpusWriter(out, policy, audit=audit, dead_letter=dead_letter) as writer:
         messages = consume_batches(bootstrap, [TOPIC_PAGES, TOPIC_CONTROL], group_id, limits, writer.apply)
         return {**writer.counts, "messages": messages}

@@ -5,6 +5,10 @@ indexed, as on a replay), a takedown on crawl.control deletes the rows it matche
 tombstone, so a page taken down is never indexed again, whatever order the topics are read in.
 Takedowns are the operator contract's (udfs.control: scopes url, host and pattern, decision 1402).
 
+Records that cannot be handled (the contract check of consumers.pages, or a crawl.control record
+udfs.control refuses) go to a dead-letter file beside the index (`FILE-deadletter.jsonl`,
+consumers/deadletter.py, decision 3740) and the batch goes on.
+
 Tables: `docs` (id, url_fp, url, host, title, lang, fetched_at), `fts` (FTS5 over url, title, text,
 rowid = docs.id, unicode61 tokenizer without diacritics, BM25 ranking) and `takedowns`.
 Decision: docs/decisions/1205-search-index-sqlite-fts5.md.
@@ -12,23 +16,24 @@ Decision: docs/decisions/1205-search-index-sqlite-fts5.md.
 from __future__ import annotations
 
 import json
-import logging
 import re
 import sqlite3
+import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from consumers.stream import Message, ReadLimits, consume_batches, read_page
+from consumers.deadletter import DeadLetters, index_dead_letter_path
+from consumers.pages import DEFAULT_PAGE_LIMITS, INVALID_CONTROL, BadRecord, PageLimits, read_page
+from consumers.stream import Message, ReadLimits, consume_batches
 from crawler.audit import AuditLog
 from udfs.control import Takedown, parse_control
 from udfs.control_state import ControlTable
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, ContractError
 from udfs.urls import host_key
 
-_LOG = logging.getLogger("consumers.search")
-_LOG.addHandler(logging.NullHandler())
 _TERM = re.compile(r"\w+", re.UNICODE)
 # A query longer than this many terms is cut: each term is one FTS5 phrase to intersect.
 MAX_QUERY_TERMS = 32
@@ -72,9 +77,14 @@ def fts5_available() -> bool:
 
 
 class SearchIndex:
-    """The index in one SQLite file; `apply` takes consumed messages, `search` answers queries."""
+    """The index in one SQLite file; `apply` takes consumed messages, `search` answers queries.
 
-    def __init__(self, path: Path | str, *, audit: AuditLog | None = None) -> None:
+    Records that cannot be handled go to the dead-letter file `dead_letter` (default
+    FILE-deadletter.jsonl beside the index), counted as `dead_letter`.
+    """
+
+    def __init__(self, path: Path | str, *, audit: AuditLog | None = None, clock: Callable[[], float] = time.time,
+                 limits: PageLimits = DEFAULT_PAGE_LIMITS, dead_letter: Path | str | None = None) -> None:
         if not fts5_available():
             raise RuntimeError("this Python's SQLite has no FTS5; the search index needs it")
         self._db = sqlite3.connect(str(path))
@@ -84,7 +94,11 @@ class SearchIndex:
         for tid, scope, value, issued_at in self._db.execute("SELECT id, scope, value, issued_at FROM takedowns"):
             self._takedowns.apply(Takedown(scope, value, tid, issued_at).to_record())
         self.counts: Counter[str] = Counter()
+        self.limits = limits
         self._audit = audit
+        self._clock = clock
+        self._dead = DeadLetters(index_dead_letter_path(path) if dead_letter is None else dead_letter, "index",
+                                 clock=clock)
         # Takedowns applied in the open transaction: audited once it commits (decision 1921).
         self._applied: list[tuple[Takedown, int]] = []
 
@@ -103,14 +117,20 @@ class SearchIndex:
 
     def apply(self, batch: list[Message]) -> None:
         """Index the pages and apply the takedowns of one batch, in order, in one transaction; each
-        takedown is then recorded in the audit log with the pages it deleted."""
+        takedown is then recorded in the audit log with the pages it deleted. The records that cannot
+        be handled are dead-lettered before the transaction commits."""
         self._applied = []
+        self._dead.discard()
+        now = self._clock()
         with self._db:
             for message in batch:
                 if message.topic == TOPIC_CONTROL:
-                    self._control(message.value)
+                    self._control(message)
                 else:
-                    self._page(message.value)
+                    self._page(message, now)
+            dead = self._dead.flush()
+        if dead:
+            self.counts["dead_letter"] += dead
         if self._audit is not None:
             for command, deleted in self._applied:
                 self._audit.record("index.removed", command_id=command.id, scope=command.scope, value=command.value,
@@ -172,21 +192,19 @@ class SearchIndex:
             (match, limit))
         return [Hit(*row) for row in rows]
 
-    def _page(self, raw: bytes | None) -> None:
+    def _page(self, message: Message, now: float) -> None:
         try:
-            page = read_page(raw)
-        except ContractError as exc:
-            self.counts["invalid"] += 1
-            _LOG.warning("skipped a pages.parsed record: %s", exc)
+            page = read_page(message.value, now, self.limits)
+        except BadRecord as exc:
+            self._dead.add(message, exc)
             return
         self.counts[self.upsert(page)] += 1
 
-    def _control(self, raw: bytes | None) -> None:
+    def _control(self, message: Message) -> None:
         try:
-            command = parse_control(raw if raw is not None else b"")
+            command = parse_control(message.value if message.value is not None else b"")
         except ContractError as exc:
-            self.counts["control_invalid"] += 1
-            _LOG.warning("skipped a crawl.control record: %s", exc)
+            self._dead.add(message, BadRecord(INVALID_CONTROL, None, str(exc)))
             return
         if isinstance(command, Takedown):
             deleted = self.take_down(command)
@@ -201,12 +219,14 @@ class SearchIndex:
 
 
 def run_indexer(bootstrap: str, db_path: Path | str, limits: ReadLimits, *,
-                group_id: str = "search-index", audit: AuditLog | None = None) -> dict[str, int]:
+                group_id: str = "search-index", audit: AuditLog | None = None,
+                dead_letter: Path | str | None = None) -> dict[str, int]:
     """Consume pages.parsed and crawl.control into the index at `db_path` until `limits` stop it.
 
-    Returns the counts (indexed, replaced, stale, taken_down, invalid, takedowns, deleted, messages).
+    Returns the counts (indexed, replaced, stale, taken_down, dead_letter, takedowns, deleted, messages).
+    Records that cannot be handled go to `dead_letter` (default DB_PATH-deadletter.jsonl).
     """
-    with SearchIndex(db_path, audit=audit) as index:
+    with SearchIndex(db_path, audit=audit, dead_letter=dead_letter) as index:
         messages = consume_batches(bootstrap, [TOPIC_PAGES, TOPIC_CONTROL], group_id, limits, index.apply)
         return {**index.counts, "messages": messages}
 

@@ -1,12 +1,14 @@
-"""The Kafka side of the consumers: a bounded read loop with a consumer group, and the page reader.
+"""The Kafka side of the consumers: a bounded read loop with a consumer group.
 
 `consume_batches` subscribes a consumer group to topics, hands each batch of messages to a handler
 and commits the batch's offsets only once the handler returned, i.e. once the consumer's output is
 durable: a crash replays at most the batch in hand (at-least-once, decision 1204). It stops after
 `max_records` messages, after `idle_timeout_s` seconds without one, or never.
 
-`read_page` checks the pages.parsed fields the consumers rely on (schemas/pages.parsed.v1.json),
-raising ContractError with the field and the reason.
+The records a handler cannot handle do not stop the loop: the consumers send them to their
+dead-letter file (consumers/deadletter.py) and return, so the batch commits past them. A handler
+that raises (a full disk, a broken database) stops the loop before the commit: that batch is read
+again by the next run.
 """
 from __future__ import annotations
 
@@ -18,8 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
-
-from udfs.records import SCHEMA_VERSION, ContractError, json_object
 
 _LOG = logging.getLogger("consumers")
 _LOG.addHandler(logging.NullHandler())
@@ -120,35 +120,3 @@ def _usable(msg: Any) -> bool:
 
 def _message(msg: Any) -> Message:
     return Message(msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value())
-
-
-def read_page(raw: bytes | str | None) -> dict[str, Any]:
-    """A pages.parsed value as a dict, after checking the fields consumers use (schemas/pages.parsed.v1.json).
-
-    Raises ContractError naming the field: not a JSON object, another schema version, or a field
-    missing or of the wrong type. The optional `optout` must be {"reserved": bool, "reason": str}.
-    """
-    if raw is None:
-        raise ContractError("record: empty value (a tombstone?)")
-    page = json_object(raw)
-    if page.get("v") != SCHEMA_VERSION or isinstance(page.get("v"), bool):
-        raise ContractError(f"v: unsupported schema version {page.get('v')!r} (this release reads {SCHEMA_VERSION})")
-    for name, kinds in _PAGE_FIELDS.items():
-        if name not in page:
-            raise ContractError(f"{name}: missing")
-        if not isinstance(page[name], kinds) or isinstance(page[name], bool):
-            raise ContractError(f"{name}: wrong type {type(page[name]).__name__}")
-    if not page["url"] or page["url_fp"] < 0:
-        raise ContractError("url: empty, or url_fp negative")
-    optout = page.get("optout")
-    if optout is not None and not (isinstance(optout, dict) and isinstance(optout.get("reserved"), bool)
-                                   and isinstance(optout.get("reason"), str)):
-        raise ContractError("optout: must be {\"reserved\": bool, \"reason\": str}")
-    return page
-
-
-_PAGE_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "url": str, "url_fp": int, "final_url": str, "fetched_at": (int, float), "http_status": int,
-    "content_hash": str, "simhash": int, "title": (str, type(None)), "lang": (str, type(None)), "text": str,
-    "warc_path": str, "warc_offset": int, "warc_length": int,
-}

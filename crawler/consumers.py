@@ -7,8 +7,10 @@
 - `warc-compact`: rewrite local WARC files without their tombstoned captures (consumers/warc_compact.py).
 
 The consumers run until stopped (Ctrl-C), or until `--max-records` messages or `--idle-timeout`
-seconds without one; each prints its counts as JSON when it ends. Every action on a takedown is
-appended to the audit log (crawler/audit.py). Docs: docs/consumers.md, docs/governance.md.
+seconds without one; each prints its counts as JSON when it ends. A record they cannot handle goes to
+a dead-letter file (`--dead-letter`; consumers/deadletter.py) and is counted as `dead_letter`. Every
+action on a takedown is appended to the audit log (crawler/audit.py). Docs: docs/consumers.md,
+docs/governance.md.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 
 from consumers.corpus import CorpusPolicy, run_corpus
+from consumers.deadletter import CORPUS_DEAD_LETTER, INDEX_DEAD_LETTER_SUFFIX
 from consumers.roots import LocalRoot, Root, open_root
 from consumers.search import SearchIndex, format_hits, hits_json, run_indexer
 from consumers.stream import DEFAULT_BATCH, ReadLimits
@@ -50,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reading.add_argument("--idle-timeout", type=float, help="stop after this many seconds without a message")
     reading.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
                          help="messages per write and offset commit (default %(default)s)")
+    reading.add_argument("--dead-letter", type=Path, metavar="FILE",
+                         help="JSON-lines file of the records that cannot be handled, with the reason "
+                              f"(default: OUT/{CORPUS_DEAD_LETTER} for corpus, DB{INDEX_DEAD_LETTER_SUFFIX} for index)")
 
     corpus = subparsers.add_parser("corpus", parents=[reading],
                                    help="write pages.parsed as a filtered, near-deduplicated Parquet corpus")
@@ -129,7 +135,9 @@ def _cmd_corpus(args: argparse.Namespace) -> int:
     limits, policy = read_limits(args), corpus_policy(args)
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out {args.out} exists and is not a folder")
-    counts = run_corpus(args.bootstrap, args.out, policy, limits, group_id=args.group, audit=audit_from_args(args))
+    _check_dead_letter(args.dead_letter)
+    counts = run_corpus(args.bootstrap, args.out, policy, limits, group_id=args.group, audit=audit_from_args(args),
+                        dead_letter=args.dead_letter)
     print(json.dumps(counts, sort_keys=True))
     return 0
 
@@ -138,9 +146,16 @@ def _cmd_index(args: argparse.Namespace) -> int:
     limits = read_limits(args)
     if args.db.is_dir():
         raise ValueError(f"--db {args.db} is a folder; give the path of a SQLite file")
-    counts = run_indexer(args.bootstrap, args.db, limits, group_id=args.group, audit=audit_from_args(args))
+    _check_dead_letter(args.dead_letter)
+    counts = run_indexer(args.bootstrap, args.db, limits, group_id=args.group, audit=audit_from_args(args),
+                         dead_letter=args.dead_letter)
     print(json.dumps(counts, sort_keys=True))
     return 0
+
+
+def _check_dead_letter(path: Path | None) -> None:
+    if path is not None and path.is_dir():
+        raise ValueError(f"--dead-letter {path} is a folder; give the path of a file")
 
 
 def _cmd_search(args: argparse.Namespace) -> int:

@@ -1,15 +1,18 @@
 """Both downstream consumers against a real Kafka broker: realistic pages.parsed records (real pages from
 WEBDATA parsed by the job's own parse step, near-duplicate copies, an opted-out page) go to the topic;
 the corpus consumer writes Parquet, the search consumer an FTS5 index; a takedown on crawl.control
-removes a page from the index and from the Parquet files already written. Governance against real
+removes a page from the index and from the Parquet files already written; poison records between good
+ones go to each consumer's dead-letter file and the offsets commit past them. Governance against real
 servers: `crawler takedown` is audited, `crawler takedown-apply` tombstones archived captures on disk
 and in S3 (S3Proxy), `crawler retention` deletes old objects from S3. The whole loop (a takedown during
 a crawl) is tests/integration/test_takedown_e2e.py."""
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import random
+import sqlite3
 import time
 import uuid
 from pathlib import Path
@@ -19,15 +22,16 @@ import pyarrow.dataset as ds
 import pytest
 
 from consumers.corpus import CorpusPolicy, run_corpus
+from consumers.deadletter import CORPUS_DEAD_LETTER, index_dead_letter_path
 from consumers.roots import open_root
-from consumers.search import SearchIndex
+from consumers.search import SearchIndex, run_indexer
 from consumers.stream import ReadLimits
 from consumers.tombstones import load_tombstones
 from crawler import kafka_io
 from crawler.audit import AUDIT_ENV, AuditLog, os_actor, read_audit
 from crawler.cli import main
 from operators.object_store import ObjectStore, make_client
-from operators.parse import parse_result
+from udfs.page_facts import parse_result
 from operators.warc_writer import Location, WarcFiles, WarcFileSettings, capture_records, parsed_page
 from tests.integration.test_warc_writer import T0 as WARC_T0
 from tests.integration.test_warc_writer import result as warc_result
@@ -180,6 +184,71 @@ def test_search_consumer_indexes_pages_and_applies_a_takedown(kafka_bootstrap, p
         assert target["url"] not in [h.url for h in index.search(word, limit=100)]
         assert index.search(produced["original3"]["text"].split()[50])   # the rest is still there
 
+
+
+# --- poison records: dead-lettered with their reason, never blocking -------------------------------------
+
+
+def poison_records(good: dict[str, Any]) -> dict[bytes | None, str]:
+    """One record of each kind that cannot be handled, and the reason each must be dead-lettered with."""
+    def broken(**fields: Any) -> bytes:     # the standard library writes NaN and Infinity as tokens
+        return json.dumps({**good, **fields}).encode()
+    return {broken(fetched_at=float("nan")): "out_of_range", broken(fetched_at=float("inf")): "out_of_range",
+            broken(fetched_at=1e300): "out_of_range", broken(fetched_at=-1e20): "out_of_range",
+            b"<html>not json</html>": "malformed", b"[1, 2, 3]": "malformed", broken(url_fp="123"): "wrong_type",
+            broken(title=["a", "list"]): "wrong_type", broken(text="x" * 4_000_001): "too_long",
+            broken(url_fp=10 ** 30): "wrong_type", broken(title="\ud800"): "bad_text", None: "empty"}
+
+
+def dead_lettered(path: Path, ours: dict[bytes | None, str]) -> dict[bytes | None, list[dict[str, Any]]]:
+    """The lines of `path` for our records, by the record's value."""
+    found: dict[bytes | None, list[dict[str, Any]]] = {}
+    for line in map(json.loads, path.read_text(encoding="utf-8").splitlines()):
+        value = None if line["value_b64"] is None else base64.b64decode(line["value_b64"])
+        if value in ours and line["topic"] == TOPIC_PAGES:
+            found.setdefault(value, []).append(line)
+    return found
+
+
+def test_poison_records_are_dead_lettered_and_both_consumers_commit_past_them(kafka_bootstrap, pages, tmp_path):
+    base = pages["original0"]
+    good = []
+    for n in range(13):
+        url = f"https://poison-{uuid.uuid4().hex[:8]}.example/{n}"
+        words = random.Random(n).sample(base["text"].split(), 300)   # unlike every other page
+        good.append({**base, "url": url, "url_fp": url_fp(url), "final_url": url, "text": " ".join(words)})
+    poison = poison_records(good[0])
+    assert len(good) == len(poison) + 1
+    records: list[tuple[str, bytes | None]] = []
+    for page, value in zip(good, poison):            # good, poison, good, ..., poison, good
+        records += [(str(page["url_fp"]), encode(page)), ("poison", value)]
+    records.append((str(good[-1]["url_fp"]), encode(good[-1])))
+    kafka_io.produce(kafka_bootstrap, TOPIC_PAGES, records)
+    urls = {page["url"] for page in good}
+
+    # a disk that cannot take the dead letters is a fault: the run stops without committing
+    db, index_group = tmp_path / "search.sqlite", f"index-{uuid.uuid4().hex}"
+    limits = ReadLimits(idle_timeout_s=IDLE_S, batch_size=7)
+    with pytest.raises(OSError):
+        run_indexer(kafka_bootstrap, db, limits, group_id=index_group, dead_letter="/dev/full")
+    counts = run_indexer(kafka_bootstrap, db, limits, group_id=index_group)
+    again = run_indexer(kafka_bootstrap, db, ReadLimits(idle_timeout_s=3.0), group_id=index_group)
+    assert counts["dead_letter"] >= len(poison) and again["messages"] == 0
+    with sqlite3.connect(db) as conn:
+        assert urls <= {url for (url,) in conn.execute("SELECT url FROM docs")}
+
+    out, corpus_group = tmp_path / "corpus", f"corpus-{uuid.uuid4().hex}"
+    counts = run_corpus(kafka_bootstrap, out, CorpusPolicy(), limits, group_id=corpus_group)
+    again = run_corpus(kafka_bootstrap, out, CorpusPolicy(), ReadLimits(idle_timeout_s=3.0), group_id=corpus_group)
+    assert counts["dead_letter"] >= len(poison) and again["messages"] == 0
+    assert urls <= set(ds.dataset(out, format="parquet", partitioning="hive").to_table().column("url").to_pylist())
+
+    for path in (index_dead_letter_path(db), out / CORPUS_DEAD_LETTER):
+        lines = dead_lettered(path, poison)
+        assert {value: [line["reason"] for line in found] for value, found in lines.items()} == \
+            {value: [reason] for value, reason in poison.items()}, path
+        offsets = [line["offset"] for found in lines.values() for line in found]
+        assert len(set(offsets)) == len(poison) and all(isinstance(o, int) and o >= 0 for o in offsets)
 
 
 # --- governance: takedowns applied to stored data, tombstones, audit, retention (issue #9) --------------

@@ -135,7 +135,7 @@ def test_screen(record, reason):
     assert screen(record, CorpusPolicy(languages=("en", "de"), max_chars=5000)) == reason
 
 
-def test_every_filtered_page_is_logged_with_its_reason(tmp_path):
+def test_every_filtered_page_is_logged_with_its_reason_and_a_bad_record_is_dead_lettered(tmp_path):
     reserved = {"reserved": True, "reason": "tdmrep header: tdm-reservation=1"}
     batch = msgs(page("https://a.example/o", ARTICLES[5], optout=reserved),
                  page("https://a.example/s", "short"),
@@ -145,8 +145,10 @@ def test_every_filtered_page_is_logged_with_its_reason(tmp_path):
         writer.apply(batch)
     lines = dropped(tmp_path)
     assert [(line["url"], line["reason"]) for line in lines] == [
-        ("https://a.example/o", "optout"), ("https://a.example/s", "too_short"), (None, "invalid")]
+        ("https://a.example/o", "optout"), ("https://a.example/s", "too_short")]
     assert lines[0]["detail"] == "tdmrep header: tdm-reservation=1"
+    [dead] = [json.loads(line) for line in (tmp_path / "_deadletter.jsonl").read_text().splitlines()]
+    assert (dead["topic"], dead["offset"], dead["reason"]) == (TOPIC_PAGES, 2, "malformed")
     assert ds.dataset(tmp_path, partitioning="hive").to_table().column("url").to_pylist() == ["https://a.example/ok"]
 
 
@@ -287,4 +289,4 @@ def test_other_control_commands_and_bad_control_records_are_skipped(tmp_path):
     with CorpusWriter(tmp_path) as writer:
         writer.apply(msgs(*STORED[:1]) + [Message(TOPIC_CONTROL, 0, 7, b"*", encode(command.to_record())),
                                           Message(TOPIC_CONTROL, 0, 8, b"*", b"{not json")])
-        assert writer.counts == {"kept": 1, "control_invalid": 1}
+        assert writer.counts == {"kept": 1, "dead_letter": 1}

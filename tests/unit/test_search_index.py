@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from consumers.deadletter import index_dead_letter_path
+from consumers.pages import read_page
 from consumers.search import SearchIndex, format_hits, fts5_available, hits_json
-from consumers.stream import Message, read_page
+from consumers.stream import Message
 from crawler.audit import AuditLog, read_audit
 from udfs.control import takedown
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, ContractError, encode
@@ -16,9 +18,10 @@ from udfs.urls import url_fp
 
 ID = "0123456789ab4def8123456789abcdef"
 B = "https://b.example/x"   # a uuid4 in hex, as the control contract wants
+T0 = 1_767_225_600.0        # 2026-01-01T00:00:00Z
 
 
-def page(url: str, text: str, *, title: str | None = "A title", fetched_at: float = 1000.0, **extra: Any) -> dict:
+def page(url: str, text: str, *, title: str | None = "A title", fetched_at: float = T0, **extra: Any) -> dict:
     return {"v": 1, "url": url, "url_fp": url_fp(url), "final_url": url, "fetched_at": fetched_at,
             "http_status": 200, "content_type": "text/html", "content_hash": "sha256:" + "0" * 64, "simhash": 7,
             "duplicate_of": None, "near_duplicate_of": None, "title": title, "lang": "en", "text": text,
@@ -67,9 +70,9 @@ def test_queries_with_fts5_syntax_are_plain_words(index, query):
 
 def test_recrawl_replaces_the_row_and_a_stale_record_does_not(index):
     url = "https://a.example/news"
-    index.apply([msg(TOPIC_PAGES, page(url, "first version mentions zebras", fetched_at=100.0))])
-    index.apply([msg(TOPIC_PAGES, page(url, "second version mentions giraffes", fetched_at=200.0))])
-    index.apply([msg(TOPIC_PAGES, page(url, "replayed old version mentions zebras", fetched_at=100.0))])
+    index.apply([msg(TOPIC_PAGES, page(url, "first version mentions zebras", fetched_at=T0 + 100))])
+    index.apply([msg(TOPIC_PAGES, page(url, "second version mentions giraffes", fetched_at=T0 + 200))])
+    index.apply([msg(TOPIC_PAGES, page(url, "replayed old version mentions zebras", fetched_at=T0 + 100))])
     assert len(index) == 1
     assert index.search("zebras") == []
     assert [h.url for h in index.search("giraffes")] == [url]
@@ -89,7 +92,7 @@ def test_takedown_deletes_matching_pages_and_keeps_a_tombstone(index, scope, val
     assert {h.url for h in index.search("platypus")} == kept
     assert index.counts["deleted"] == len(gone)
     # a recrawl (or a replay) of a taken-down page is not indexed again
-    index.apply([msg(TOPIC_PAGES, page(u, "common word platypus", fetched_at=5000.0)) for u in gone])
+    index.apply([msg(TOPIC_PAGES, page(u, "common word platypus", fetched_at=T0 + 5000)) for u in gone])
     assert {h.url for h in index.search("platypus")} == kept
     assert index.counts["taken_down"] == len(gone)
 
@@ -118,7 +121,7 @@ def test_tombstones_survive_a_restart(tmp_path):
         assert second.search("okapi") == [] and len(second) == 0
 
 
-def test_other_control_commands_are_ignored_and_bad_records_counted(index):
+def test_other_control_commands_are_ignored_and_bad_records_dead_lettered(index, tmp_path):
     index.apply([
         msg(TOPIC_CONTROL, {"v": 1, "type": "pause", "id": ID, "issued_at": 1_767_225_600.0}),
         msg(TOPIC_CONTROL, b"not json"),
@@ -127,7 +130,10 @@ def test_other_control_commands_are_ignored_and_bad_records_counted(index):
         msg(TOPIC_PAGES, b"{\"v\": 2}"),
         msg(TOPIC_PAGES, page("https://a.example/p", "kept")),
     ])
-    assert index.counts == {"control_invalid": 2, "invalid": 1, "indexed": 1}
+    assert index.counts == {"dead_letter": 3, "indexed": 1}
+    lines = [json.loads(line) for line in index_dead_letter_path(tmp_path / "search.sqlite").read_text().splitlines()]
+    assert [(line["topic"], line["reason"]) for line in lines] == [
+        (TOPIC_CONTROL, "invalid_control"), (TOPIC_CONTROL, "invalid_control"), (TOPIC_PAGES, "version")]
 
 
 @pytest.mark.parametrize("raw,field", [
@@ -139,7 +145,7 @@ def test_other_control_commands_are_ignored_and_bad_records_counted(index):
 ])
 def test_read_page_names_the_bad_field(raw, field):
     with pytest.raises(ContractError, match=field):
-        read_page(raw)
+        read_page(raw, T0)
 
 
 def test_hit_formats(index):
