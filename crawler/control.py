@@ -4,41 +4,54 @@ takedown | api`. Accepted takedowns are recorded in the audit log (issue #9, cra
 Every command is validated by the contract in udfs/control.py before anything is written; a good one
 goes to Kafka (`crawl.control`, or `crawl.frontier` for seeds) through crawler/kafka_io.py, a bad one is
 refused with a message naming the field and recorded on `crawl.status` as a `rejected_command`
-(decision 1405). The HTTP API (`crawler api`, aiohttp) offers the same commands; docs/control.md shows
-both with examples.
+(decision 1405). The HTTP API (`crawler api`, aiohttp) offers the same commands to holders of a token
+file (ApiTokens), for requests addressed to loopback that no web page sent, with JSON bodies only
+(decisions 3750-3752); docs/control.md shows both with examples.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
+import hmac
 import ipaddress
 import json
 import logging
+import os
+import re
+import stat
 import sys
+import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-from confluent_kafka import KafkaException
+from aiohttp import hdrs, web
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from crawler import kafka_io
-from crawler.audit import AuditLog, add_audit_options, audit_from_args, check_actor
+from crawler.audit import (AUDIT_ENV, DEFAULT_AUDIT_PATH, AuditLog, add_audit_options, audit_from_args, check_actor,
+                           os_actor)
 from crawler.crawl import read_seed_file
-from crawler.stack import StackConfig
-from udfs.control import (MAX_SEEDS, ControlCommand, HostView, SeedsRejected, Takedown, fold_host_views,
-                          host_control, normalize_host, parse_control, pause, rejected_command, resume, seed_batches,
-                          takedown)
+from crawler.stack import StackConfig, api_token_dir, ensure_api_token
+from udfs.control import (MAX_SEEDS, PATTERN_RULE, ControlCommand, HostView, SeedsRejected, Takedown,
+                          fold_host_views, host_control, normalize_host, parse_control, pattern_cap_note, pause,
+                          rejected_command, resume, seed_batches, takedown)
 from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_STATUS, ContractError, encode, json_object
 
 DEFAULT_BOOTSTRAP = f"127.0.0.1:{StackConfig().kafka_port}"
 DEFAULT_API_PORT = 8787
 DEFAULT_API_BIND = "127.0.0.1"
+DEFAULT_TOKEN_DIR = api_token_dir()  # the local stack's: `crawler up` creates the OS user's token there
 MAX_BODY_BYTES = 4 * 1024 * 1024    # MAX_SEEDS URLs of a few hundred characters each
-ACTOR_HEADER = "X-Crawler-Actor"    # who sends a takedown through the API, for the audit log
+MIN_TOKEN_LENGTH = 32               # characters; `crawler up` writes 64 hex digits
+MAX_TOKEN_FILE_BYTES = 4096
+DEFAULT_MAX_HOST_VIEWS = 100_000    # hosts whose view the API keeps (a few hundred bytes each)
+_TOKEN68 = re.compile(r"[A-Za-z0-9._~+/-]+=*")   # RFC 6750's b64token: what fits in a Bearer header
 _LOG = logging.getLogger("crawler.control")
 
 
@@ -93,7 +106,8 @@ class ControlWriter:
 
     def host_view(self, host: str) -> HostView | None:
         """The controls recorded for `host` (already normalised), read back from the whole of
-        crawl.control (decision 1404); None when there are none."""
+        crawl.control (decision 1404); None when there are none. For `crawler host-status`, which runs
+        once; the API keeps a HostViews instead."""
         try:
             records = kafka_io.consume(self.bootstrap, TOPIC_CONTROL, timeout_s=self.timeout_s)
         except KafkaException as exc:
@@ -111,6 +125,313 @@ class ControlWriter:
             kafka_io.produce(self.bootstrap, topic, records, timeout_s=self.timeout_s)
         except (KafkaException, TimeoutError) as exc:
             raise KafkaUnavailable(f"cannot write to {topic} at {self.bootstrap}: {exc}") from None
+
+
+# --- who may use the API: token files -------------------------------------------------------------
+
+
+class ApiTokens:
+    """The API's credentials: the token files in one folder, each named after the actor it stands for
+    (`crawler up` and `crawler api` create the OS user's; an operator adds one file per person or
+    service). The folder is read again when it or a file in it changes, so a new or deleted file takes
+    effect at the next request.
+
+    A file counts only when it is a regular file owned by this process's user (or root), readable and
+    writable by no one else (0600 or stricter), in a folder nobody else may write to, named as an actor
+    (crawler/audit.py: check_actor; dot files are skipped) and holding one token of at least
+    MIN_TOKEN_LENGTH Bearer-token characters; the same token in two files counts for neither. Files
+    that do not count are logged by name, never by content. Tokens are kept only as SHA-256 digests and
+    a presented token is compared with each of them in constant time (hmac.compare_digest)."""
+
+    def __init__(self, folder: Path | str) -> None:
+        self.folder = Path(folder)
+        self._lock = threading.Lock()
+        self._signature: tuple[Any, ...] | None = None
+        self._digests: list[tuple[bytes, str]] = []
+
+    def actor_for(self, token: str) -> str | None:
+        """The actor whose file holds `token`; None when no file does."""
+        digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        found = None
+        for known, actor in self._current():
+            if hmac.compare_digest(known, digest):   # every token compared: no early exit
+                found = actor
+        return found
+
+    def actors(self) -> list[str]:
+        """The actors that hold a token that counts, sorted."""
+        return sorted(actor for _, actor in self._current())
+
+    def _current(self) -> list[tuple[bytes, str]]:
+        signature = self._scan()
+        with self._lock:
+            if signature != self._signature:
+                self._digests = self._load()
+                self._signature = signature
+            return self._digests
+
+    def _scan(self) -> tuple[Any, ...]:
+        """What changes when a token file is added, removed, rewritten or chmod-ed."""
+        try:
+            folder = os.stat(self.folder)
+            entries = sorted((e.name, _stat_key(e.stat(follow_symlinks=False))) for e in os.scandir(self.folder))
+        except OSError:
+            return ("unreadable",)
+        return (_stat_key(folder), tuple(entries))
+
+    def _load(self) -> list[tuple[bytes, str]]:
+        try:
+            folder = os.stat(self.folder)
+        except OSError as exc:
+            _LOG.warning("control API token folder %s: %s; no request is accepted", self.folder, exc.strerror)
+            return []
+        if folder.st_uid not in (os.geteuid(), 0) or folder.st_mode & 0o022:
+            _LOG.warning("control API token folder %s: others may write to it (mode %o, owner %d); no "
+                         "request is accepted until it is 0700 and yours", self.folder,
+                         stat.S_IMODE(folder.st_mode), folder.st_uid)
+            return []
+        by_digest: dict[bytes, list[str]] = {}
+        for name in sorted(os.listdir(self.folder)):
+            if name.startswith("."):
+                continue
+            token, problem = _read_token_file(self.folder / name)
+            if problem:
+                _LOG.warning("control API token file %s skipped: %s", self.folder / name, problem)
+                continue
+            by_digest.setdefault(hashlib.sha256(token.encode()).digest(), []).append(name)
+        loaded = []
+        for digest, names in by_digest.items():
+            if len(names) > 1:
+                _LOG.warning("control API token files %s hold the same token; it counts for none of them",
+                             ", ".join(names))
+                continue
+            loaded.append((digest, names[0]))
+        return loaded
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
+
+
+def _read_token_file(path: Path) -> tuple[str, str | None]:
+    """(token, None) for a token file that counts, else ("", why not); the why never holds the content."""
+    name = path.name
+    try:
+        if check_actor(name) != name:
+            return "", "its name is not an actor (surrounding spaces)"
+    except ValueError as exc:
+        return "", f"its name is not an actor: {exc}"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return "", f"cannot open it ({exc.strerror}; symbolic links are not followed)"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "", "not a regular file"
+        if st.st_uid not in (os.geteuid(), 0):
+            return "", f"owned by uid {st.st_uid}, not by this user"
+        if st.st_mode & 0o077:
+            return "", f"mode {stat.S_IMODE(st.st_mode):o} lets others read or change it (chmod 600 it)"
+        data = os.read(fd, MAX_TOKEN_FILE_BYTES + 1)
+    finally:
+        os.close(fd)
+    token = data.decode("ascii", "replace").strip()
+    if len(data) > MAX_TOKEN_FILE_BYTES or not _TOKEN68.fullmatch(token) or len(token) < MIN_TOKEN_LENGTH:
+        return "", (f"it must hold one token of {MIN_TOKEN_LENGTH} or more characters from A-Z a-z 0-9 "
+                    "-._~+/ (and trailing =), e.g. 64 hex digits")
+    return token, None
+
+
+def bearer_token(values: list[str]) -> tuple[str | None, str | None]:
+    """The token of the Authorization header's values → (token, None), or (None, why it is refused)."""
+    if not values:
+        return None, ("Authorization: missing; send 'Authorization: Bearer <token>' with the content of "
+                      "your token file (`crawler up` and `crawler api` print where it is)")
+    if len(values) > 1:
+        return None, "Authorization: given more than once"
+    scheme, _, token = values[0].strip().partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        return None, "Authorization: expected 'Bearer <token>'"
+    return token, None
+
+
+def loopback_host(host: str, allowed: Iterable[str] = ()) -> bool:
+    """Whether a Host header names this machine's loopback: `localhost`, 127.0.0.0/8 or `[::1]`, with or
+    without a port, or one of `allowed` (names given with --allow-host, compared without the port)."""
+    name = host.strip().lower()
+    if name.startswith("["):
+        name, bracket, rest = name[1:].partition("]")
+        if not bracket or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return False
+    elif name.count(":") == 1:
+        name, _, port = name.partition(":")
+        if not port.isdigit():
+            return False
+    if name == "localhost" or name in {a.lower() for a in allowed}:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def browser_refusal(headers: Mapping[str, str], allowed_hosts: Iterable[str] = ()) -> str | None:
+    """Why a request looks sent by a web page and is refused (HTTP 403), or None. Any Origin header is
+    refused: browsers set it on cross-site requests, and no API client needs it. A Host header that is
+    not loopback (nor allowed) is refused: after DNS rebinding a page's requests reach 127.0.0.1 under
+    the page's own host name."""
+    if hdrs.ORIGIN in headers:
+        return (f"Origin: {headers[hdrs.ORIGIN][:80]!r} given; the control API refuses requests that carry an "
+                "Origin header (a web page's), use curl, a script or the crawler CLI")
+    host = headers.get(hdrs.HOST)
+    if host is None:
+        return "Host: missing"
+    if not loopback_host(host, allowed_hosts):
+        return (f"Host: {host[:80]!r} is not a loopback address; the control API answers requests addressed to "
+                "127.0.0.1, [::1] or localhost (and names given with --allow-host) only")
+    return None
+
+
+# --- GET /v1/hosts/{host}: the folded view, kept up to date ------------------------------------------
+
+
+def merge_host_view(old: HostView | None, new: HostView) -> HostView:
+    """`new`, folded from commands that came after those folded into `old`, on top of `old`: the same
+    view fold_host_views gives over both runs of commands at once, so a view advances a batch at a time."""
+    if old is None:
+        return new
+    return HostView(new.host,
+                    new.rate_limit_rps if new.rate_limit_rps is not None else old.rate_limit_rps,
+                    new.blocked if new.blocked is not None else old.blocked,
+                    old.taken_down or new.taken_down, new.last, old.commands + new.commands)
+
+
+class HostViewCache:
+    """Host views folded batch by batch, at most `max_hosts` of them; when full, the host controlled
+    longest ago is dropped (counted in `evicted`). A host that enters after a drop may have had older
+    commands dropped with it, so its view is marked incomplete."""
+
+    def __init__(self, max_hosts: int = DEFAULT_MAX_HOST_VIEWS) -> None:
+        if max_hosts < 1:
+            raise ValueError(f"--max-host-views must be >= 1, got {max_hosts}")
+        self.max_hosts = max_hosts
+        self.evicted = 0
+        self._views: OrderedDict[str, tuple[HostView, bool]] = OrderedDict()
+
+    def fold(self, commands: Iterable[ControlCommand]) -> None:
+        """Fold `commands`, the next ones in topic order."""
+        for host, new in fold_host_views(commands).items():
+            old, complete = self._views.pop(host, (None, self.evicted == 0))
+            self._views[host] = (merge_host_view(old, new), complete)
+            while len(self._views) > self.max_hosts:
+                self._views.popitem(last=False)
+                self.evicted += 1
+
+    def get(self, host: str) -> tuple[HostView, bool] | None:
+        """(view, complete) of `host`; None when no command about it is kept."""
+        return self._views.get(host)
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+
+class HostViews:
+    """The API's host views: crawl.control read once, then on each lookup only the records written
+    since the last one, up to the end the broker reports at that moment (so a command accepted before
+    the lookup is in it). One consumer stays assigned after the last record folded and fetches new
+    records as they come (its queue bounded to 1 MiB); a second client, assigned nothing, asks for the
+    partitions' ends, so that question never waits behind the consumer's long-polling fetch. Memory:
+    the HostViewCache and that queue. `records_read` counts the records read from the topic."""
+
+    def __init__(self, bootstrap: str, *, topic: str = TOPIC_CONTROL, max_hosts: int = DEFAULT_MAX_HOST_VIEWS,
+                 timeout_s: float = 10.0, batch: int = 500) -> None:
+        self.bootstrap, self.topic, self.timeout_s, self.batch = bootstrap, topic, timeout_s, batch
+        self.cache = HostViewCache(max_hosts)
+        self.records_read = 0
+        self._lock = threading.Lock()
+        self._clients: tuple[Consumer, Consumer] | None = None   # (reader, offsets)
+        self._next: dict[int, int] = {}   # partition -> offset of the next record to fold
+
+    def get(self, host: str) -> tuple[HostView, bool] | None:
+        """(view, complete) of `host` (normalised) with every command written so far; None when there is
+        none. Raises KafkaUnavailable when the topic cannot be read to its end within timeout_s."""
+        with self._lock:
+            try:
+                self._catch_up()
+            except KafkaException as exc:
+                raise KafkaUnavailable(f"cannot read {self.topic} from {self.bootstrap}: {exc}") from None
+            return self.cache.get(host)
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._clients or ():
+                client.close()
+            self._clients = None
+
+    def _client(self, **settings: Any) -> Consumer:
+        return Consumer({"bootstrap.servers": self.bootstrap, "logger": _LOG,
+                         "group.id": f"crawler-api-{uuid.uuid4().hex}",   # required by the client; never committed
+                         "enable.auto.commit": False, **settings})
+
+    def _open(self) -> tuple[Consumer, Consumer]:
+        partitions = kafka_io.list_topics(self.bootstrap, timeout_s=self.timeout_s).get(self.topic)
+        if partitions is None:
+            raise KafkaUnavailable(f"cannot read {self.topic} from {self.bootstrap}: no such topic")
+        offsets = self._client()
+        reader = self._client(**{
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",       # records deleted by retention meanwhile: go on after them
+            "queued.max.messages.kbytes": 1024,     # what the client fetches ahead: a bounded queue
+        })
+        try:
+            self._next = {p: self._ends(offsets, p)[0] for p in range(partitions)}
+            reader.assign([TopicPartition(self.topic, p, offset) for p, offset in self._next.items()])
+        except BaseException:
+            reader.close()
+            offsets.close()
+            raise
+        return reader, offsets
+
+    def _ends(self, offsets: Consumer, partition: int) -> tuple[int, int]:
+        """(first, next) offset of a partition as the broker has them now."""
+        marks = offsets.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=self.timeout_s)
+        if marks is None:
+            raise KafkaUnavailable(f"cannot read {self.topic} from {self.bootstrap}: no answer in {self.timeout_s} s")
+        return marks
+
+    def _catch_up(self) -> None:
+        if self._clients is None:
+            self._clients = self._open()
+        reader, offsets = self._clients
+        ends = {p: self._ends(offsets, p)[1] for p in self._next}
+        behind = {p for p, end in ends.items() if self._next[p] < end}
+        deadline = time.monotonic() + self.timeout_s
+        while behind:
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(f"cannot read {self.topic} from {self.bootstrap} to its end "
+                                       f"in {self.timeout_s} s")
+            first = reader.poll(0.2)   # returns as soon as a record is there; then take what is queued
+            messages = ([first] + reader.consume(self.batch - 1, timeout=0)) if first is not None else []
+            commands: list[ControlCommand] = []
+            for msg in messages:
+                err, partition = msg.error(), msg.partition()
+                if err is not None:
+                    if err.code() != KafkaError._PARTITION_EOF:
+                        raise KafkaException(err)
+                    self._next[partition] = max(self._next[partition], msg.offset())
+                    continue
+                if msg.offset() < self._next[partition]:
+                    continue   # already folded
+                self._next[partition] = msg.offset() + 1
+                self.records_read += 1
+                try:
+                    commands.append(parse_control(msg.value() or b""))
+                except ContractError:
+                    continue   # the job reports bad control records; a view shows only what takes effect
+            self.cache.fold(commands)
+            behind = {p for p in behind if self._next[p] < ends[p]}
 
 
 # --- request bodies → commands (pure) -------------------------------------------------------------
@@ -184,15 +505,28 @@ def command_from_args(args: argparse.Namespace, stamp: dict[str, Any]) -> Contro
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _WRITER = web.AppKey("writer", ControlWriter)
 _AUDIT = web.AppKey("audit", AuditLog)
+_TOKENS = web.AppKey("tokens", ApiTokens)
+_VIEWS = web.AppKey("views", HostViews)
+_ALLOWED_HOSTS = web.AppKey("allowed_hosts", frozenset)
+_ACTOR = web.RequestKey("actor", str)
+_AUTH_CHALLENGE = {hdrs.WWW_AUTHENTICATE: 'Bearer realm="crawler control"'}
 
 
-def make_app(writer: ControlWriter, audit: AuditLog | None = None) -> web.Application:
-    """The control API (issue #7) over `writer`; docs/control.md describes each route. With `audit`,
-    every accepted takedown is recorded in the audit log (issue #9, docs/governance.md)."""
-    app = web.Application(middlewares=[_errors_as_json], client_max_size=MAX_BODY_BYTES)
+def make_app(writer: ControlWriter, audit: AuditLog | None = None, *, tokens: ApiTokens,
+             views: HostViews | None = None, allowed_hosts: Iterable[str] = ()) -> web.Application:
+    """The control API over `writer`; docs/control.md describes each route. Every request needs a
+    token from `tokens` (its file names the actor), a loopback Host (or one of `allowed_hosts`) and no
+    Origin; bodies must be JSON. `views` answers GET /v1/hosts/{host} (default: a HostViews of the
+    writer's broker). With `audit`, every accepted takedown is recorded in the audit log with the
+    token's actor (docs/governance.md)."""
+    app = web.Application(middlewares=[_guard, _errors_as_json], client_max_size=MAX_BODY_BYTES)
     app[_WRITER] = writer
+    app[_TOKENS] = tokens
+    app[_VIEWS] = views if views is not None else HostViews(writer.bootstrap, timeout_s=writer.timeout_s)
+    app[_ALLOWED_HOSTS] = frozenset(allowed_hosts)
     if audit is not None:
         app[_AUDIT] = audit
+    app.on_cleanup.append(_close_views)
     app.add_routes([
         web.post("/v1/seeds", _post_seeds),
         web.put("/v1/hosts/{host}", _put_host),
@@ -204,12 +538,37 @@ def make_app(writer: ControlWriter, audit: AuditLog | None = None) -> web.Applic
     return app
 
 
+async def _close_views(app: web.Application) -> None:
+    await asyncio.to_thread(app[_VIEWS].close)
+
+
 class _Refused(Exception):
     """A refused command: HTTP status and reason; the middleware answers and records it."""
 
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
+
+
+@web.middleware
+async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Who may act: a request a web page may have sent is 403, one without a known token 401. Both are
+    answered before the body is read, logged without the token and not written to Kafka (a page could
+    otherwise fill crawl.status)."""
+    refusal = browser_refusal(request.headers, request.app[_ALLOWED_HOSTS])
+    status, extra = 403, None
+    if refusal is None:
+        token, refusal = bearer_token(request.headers.getall(hdrs.AUTHORIZATION, []))
+        status, extra = 401, _AUTH_CHALLENGE
+        if token is not None:
+            actor = request.app[_TOKENS].actor_for(token)
+            if actor is None:
+                refusal = "Authorization: the token is in none of the API's token files"
+            else:
+                request[_ACTOR] = actor
+                return await handler(request)
+    _LOG.warning("refused %s %s from %s: %s", request.method, request.path, request.remote, refusal)
+    return web.json_response({"error": refusal}, status=status, headers=extra)
 
 
 @web.middleware
@@ -230,6 +589,11 @@ async def _errors_as_json(request: web.Request, handler: Handler) -> web.StreamR
 
 
 async def _body(request: web.Request, *, empty_ok: bool = False) -> dict[str, Any]:
+    """The JSON object of a POST or PUT; its Content-Type must say application/json even when it is
+    empty (a page can send text/plain across sites without asking first; never application/json)."""
+    given = request.headers.get(hdrs.CONTENT_TYPE)
+    if given is None or request.content_type != "application/json":
+        raise _Refused(415, f"Content-Type: must be application/json, got {(given or 'none')[:80]!r}")
     try:
         return body_object(await request.read(), empty_ok=empty_ok)
     except BadRequest as exc:
@@ -246,14 +610,19 @@ async def _raw_body(request: web.Request) -> str:
         return ""
 
 
-async def _write(request: web.Request, build: Callable[[], ControlCommand]) -> web.Response:
+async def _write(request: web.Request, build: Callable[[], ControlCommand], note: str | None = None) -> web.Response:
+    """Submit the command `build` makes; the 202 answer names the topic, key and record (and `note`)."""
     writer = request.app[_WRITER]
     try:
         command = build()
     except ContractError as exc:
         raise _Refused(422, str(exc)) from None
     record = await asyncio.to_thread(writer.submit, command)
-    return web.json_response({"topic": TOPIC_CONTROL, "key": command.key(), "record": record}, status=202)
+    _LOG.info("%s %s by %s: %s %s", request.method, request.path, request[_ACTOR], record["type"], record["id"])
+    answer = {"topic": TOPIC_CONTROL, "key": command.key(), "record": record}
+    if note is not None:
+        answer["note"] = note
+    return web.json_response(answer, status=202)
 
 
 async def _post_seeds(request: web.Request) -> web.Response:
@@ -264,6 +633,8 @@ async def _post_seeds(request: web.Request) -> web.Response:
         batches = await asyncio.to_thread(writer.seed, urls, priority)
     except ContractError as exc:   # SeedsRejected too: its message names each invalid URL
         raise _Refused(422, str(exc)) from None
+    _LOG.info("%s %s by %s: %d seed URL(s)", request.method, request.path, request[_ACTOR],
+              sum(len(b["urls"]) for _, b in batches))
     return web.json_response({
         "topic": TOPIC_FRONTIER, "urls": sum(len(b["urls"]) for _, b in batches), "hosts": len({h for h, _ in batches}),
         "records": [{"key": host, "record": batch} for host, batch in batches],
@@ -277,15 +648,20 @@ async def _put_host(request: web.Request) -> web.Response:
 
 
 async def _get_host(request: web.Request) -> web.Response:
-    writer = request.app[_WRITER]
+    views = request.app[_VIEWS]
     try:
         host = normalize_host(request.match_info["host"])
     except ContractError as exc:
         raise _Refused(422, str(exc)) from None
-    view = await asyncio.to_thread(writer.host_view, host)
-    if view is None:
-        return web.json_response({"error": f"host: no control recorded for {host!r}"}, status=404)
-    return web.json_response(view.to_json())
+    found = await asyncio.to_thread(views.get, host)
+    if found is None:
+        error = f"host: no control recorded for {host!r}"
+        if views.cache.evicted:
+            error += (f" among the {views.cache.max_hosts} hosts controlled last ({views.cache.evicted} older ones "
+                      "are not kept here; `crawler host-status` reads the whole topic)")
+        return web.json_response({"error": error}, status=404)
+    view, complete = found
+    return web.json_response({**view.to_json(), "complete": complete})
 
 
 async def _post_pause(request: web.Request) -> web.Response:
@@ -304,19 +680,18 @@ async def _post_takedown(request: web.Request) -> web.Response:
     body = await _body(request)
     stamp = request.app[_WRITER].stamp()
     audit = request.app.get(_AUDIT)
-    header = request.headers.get(ACTOR_HEADER)
     try:
         command = takedown_command(body, stamp)
     except ContractError as exc:
         raise _Refused(422, str(exc)) from None
-    try:
-        actor = check_actor(header) if header is not None else None
-    except ValueError as exc:
-        raise _Refused(422, f"{ACTOR_HEADER}: {exc}") from None
-    response = await _write(request, lambda: command)
+    response = await _write(request, lambda: command,
+                            note=pattern_cap_note() if isinstance(command, Takedown) and command.scope == "pattern"
+                            else None)
     if audit is not None and isinstance(command, Takedown):
+        # the actor is the token's: a header or a body cannot name someone else
         await asyncio.to_thread(audit.record, "takedown.accepted", command_id=command.id, scope=command.scope,
-                                value=command.value, actor=actor, source="api", peer=request.remote or "")
+                                value=command.value, actor=request[_ACTOR], source="api",
+                                peer=request.remote or "")
     return response
 
 
@@ -357,14 +732,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what = down.add_mutually_exclusive_group(required=True)
     what.add_argument("--url", help="one URL (normalised)")
     what.add_argument("--host", help="every URL of a host")
-    what.add_argument("--pattern", help="a glob over normalised URLs, e.g. 'http*://*.example.com/private/*'")
+    what.add_argument("--pattern", help=f"a glob over normalised URLs, e.g. 'http*://*.example.com/private/*': "
+                                        f"{PATTERN_RULE}")
     add_audit_options(down)
     down.set_defaults(func=_cmd_command)
 
     api = subparsers.add_parser("api", parents=[common], help="serve the control HTTP API")
     api.add_argument("--port", type=int, default=DEFAULT_API_PORT)
     api.add_argument("--bind", default=DEFAULT_API_BIND, help="address to listen on (default: loopback only)")
-    add_audit_options(api)
+    api.add_argument("--token-dir", type=Path, default=DEFAULT_TOKEN_DIR,
+                     help="folder of token files, one per actor, each 0600 (default: the local stack's, "
+                          "%(default)s); your own is created there if missing")
+    api.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                     help="also answer requests whose Host header is NAME (repeatable; default: loopback only)")
+    api.add_argument("--max-host-views", type=int, default=DEFAULT_MAX_HOST_VIEWS,
+                     help="hosts whose view GET /v1/hosts/{host} keeps in memory (default: %(default)s)")
+    api.add_argument("--audit-log", type=Path, default=None,
+                     help=f"JSON-lines audit log (default: ${AUDIT_ENV}, else {DEFAULT_AUDIT_PATH}); "
+                          "the actor is the token's")
     api.set_defaults(func=_cmd_api)
 
 
@@ -389,6 +774,8 @@ def _cmd_command(args: argparse.Namespace) -> int:
     except ContractError as exc:
         return _refuse(writer, args, str(exc))
     print(json.dumps(writer.submit(command)))
+    if isinstance(command, Takedown) and command.scope == "pattern":
+        print(pattern_cap_note(), file=sys.stderr)
     if audit is not None and isinstance(command, Takedown):
         audit.record("takedown.accepted", command_id=command.id, scope=command.scope, value=command.value,
                      source="cli")
@@ -433,9 +820,20 @@ def _cmd_host_status(args: argparse.Namespace) -> int:
 def _cmd_api(args: argparse.Namespace) -> int:
     if not 1 <= args.port <= 65535:
         raise ValueError(f"--port must be a TCP port (1-65535), got {args.port}")
+    views = HostViews(args.bootstrap, max_hosts=args.max_host_views)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    token, created = ensure_api_token(args.token_dir, os_actor())
+    tokens = ApiTokens(args.token_dir)
+    if not tokens.actors():
+        raise ValueError(f"no usable token file in {args.token_dir} (see the warnings above)")
+    print(f"control API tokens: {args.token_dir} (actors: {', '.join(tokens.actors())}); yours "
+          f"{'created' if created else 'kept'} at {token}: send 'Authorization: Bearer <its content>'",
+          file=sys.stderr)
     if not _is_loopback(args.bind):
-        print(f"warning: the control API has no authentication and now listens on {args.bind}", file=sys.stderr)
-    app = make_app(ControlWriter(args.bootstrap, "api"), audit_from_args(args))
+        print(f"warning: the control API listens on {args.bind}; tokens travel in clear text there unless "
+              "TLS is put in front", file=sys.stderr)
+    app = make_app(ControlWriter(args.bootstrap, "api"), AuditLog(args.audit_log), tokens=tokens, views=views,
+                   allowed_hosts=args.allow_host)
     web.run_app(app, host=args.bind, port=args.port, print=lambda line: print(line, file=sys.stderr))
     return 0
 

@@ -3,12 +3,15 @@ reported by `crawler status`, stopped by `crawler down`, installed (without star
 `crawler install`.
 
 Everything lives under one state folder (default .cache/stack): `kafka/` (config, log segments,
-logs, pid) and `flink/` (rendered conf, logs, pids, checkpoints). `down` signals only the processes
-recorded in those pid files, so it stops exactly what `up` started, and both are idempotent.
+logs, pid), `flink/` (rendered conf, logs, pids, checkpoints) and `api-tokens/` (the control API's
+credentials, one file per actor; `up` creates the OS user's if it is missing). `down` signals only the
+processes recorded in those pid files, so it stops exactly what `up` started, and both are idempotent.
 """
 from __future__ import annotations
 
 import argparse
+import os
+import secrets
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,11 +19,14 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 
 from crawler import kafka_io, maven
+from crawler.audit import check_actor, os_actor
 from crawler.flink_cluster import DEFAULT_REST_PORT, HOME, FlinkCluster, build_home
 from crawler.kafka_broker import DEFAULT_FRONTIER_PARTITIONS, KafkaBroker, default_topics
 from crawler.paths import CACHE, JAVA
 
 DEFAULT_STATE_DIR = CACHE / "stack"
+API_TOKEN_DIR_NAME = "api-tokens"   # under the state folder: one token file per actor (crawler/control.py)
+API_TOKEN_BYTES = 32                # random bytes of a new token (64 hex digits)
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,36 @@ class Stack:
         )
 
 
+def api_token_dir(state_dir: Path | str = DEFAULT_STATE_DIR) -> Path:
+    """The folder of the control API's token files for the stack in `state_dir`."""
+    return Path(state_dir).resolve() / API_TOKEN_DIR_NAME
+
+
+def ensure_api_token(token_dir: Path, actor: str) -> tuple[Path, bool]:
+    """The token file of `actor` in `token_dir`, created with a new random token when it is missing:
+    the folder 0700, the file 0600, written whole before it appears under its name (a link that fails
+    if the name exists, so a token already there is never replaced). Returns (path, created)."""
+    if check_actor(actor) != actor or "/" in actor or actor.startswith("."):
+        raise ValueError(f"a token file's name is its actor and cannot be {actor[:80]!r}")
+    token_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = token_dir / actor
+    if path.exists():
+        return path, False
+    temp = token_dir / f".new-{secrets.token_hex(8)}"
+    try:
+        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+            os.fchmod(out.fileno(), 0o600)   # exactly 0600 whatever the umask
+            out.write(f"{secrets.token_hex(API_TOKEN_BYTES)}\n".encode())
+            out.flush()
+            os.fsync(out.fileno())
+        os.link(temp, path)
+    except FileExistsError:   # another `up` or `api` created it meanwhile: keep theirs
+        return path, False
+    finally:
+        temp.unlink(missing_ok=True)
+    return path, True
+
+
 def install() -> Path:
     """Fetch every jar set of java/*/pom.xml (Kafka broker, Flink connectors, jwarc) with Maven and build the Flink home, starting
     nothing: after this the stack and its tests need no network. Returns the Flink home."""
@@ -193,8 +229,11 @@ def _cmd_install(args: argparse.Namespace) -> int:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    token, created = ensure_api_token(api_token_dir(args.state_dir), os_actor())
     status = Stack(_config(args)).up()
     print("\n".join(status.lines()))
+    print(f"api token    {token} ({'created' if created else 'kept'}; `crawler api` takes "
+          f"'Authorization: Bearer <its content>' as actor {token.name!r})")
     return 0 if status.all_up else 1
 
 

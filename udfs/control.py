@@ -33,21 +33,26 @@ __all__ = [
     "MAX_RAW_BYTES",
     "MAX_REJECT_RAW",
     "MAX_SEEDS",
+    "MAX_TAKEDOWN_PATTERNS",
+    "PATTERN_RULE",
     "SEED_BATCH_SIZE",
     "ControlCommand",
     "HostControl",
     "HostView",
     "InvalidSeed",
     "Pause",
+    "PatternScope",
     "Resume",
     "SeedsRejected",
     "Takedown",
     "check_seeds",
+    "check_takedown_pattern",
     "command_from_record",
     "fold_host_views",
     "host_control",
     "normalize_host",
     "parse_control",
+    "pattern_cap_note",
     "pause",
     "rejected_command",
     "resume",
@@ -59,6 +64,7 @@ ALL_KEY = "*"                   # the Kafka key of commands that are not about o
 MAX_RATE_LIMIT_RPS = 100.0      # a host limit above this is no limit an operator would mean (decision 1401)
 MAX_PATTERN_LENGTH = 512        # takedown globs: long enough for a path prefix, short enough to read
 MAX_PATTERN_STARS = 16          # fnmatch compiles each `*` to a lazy group; bound the work per URL
+MAX_TAKEDOWN_PATTERNS = 1000    # default of control.max_takedown_patterns: patterns the job keeps in force
 MAX_RAW_BYTES = 64 * 1024       # a control record is a few hundred bytes; more is not one of ours
 MAX_SEEDS = 10_000              # URLs in one POST /v1/seeds (the API bounds what one request holds)
 SEED_BATCH_SIZE = 500           # URLs per `discovered` event: a few hundred KiB at most, far below 16 MiB
@@ -167,7 +173,8 @@ class Takedown:
     scope "url": `value` is a normalised URL (udfs.urls.normalize_url), matched exactly.
     scope "host": `value` is a host key, matching every URL of that host.
     scope "pattern": `value` is an fnmatch glob over normalised URLs (case-sensitive), whose scheme part
-    matches http or https and whose host part is a literal host key, optionally after a leading `*.`.
+    matches http or https and whose host part is a literal host key, optionally after a leading `*.`
+    (PATTERN_RULE); it covers URLs of that host (or of its subdomains) only (decision 3730).
     """
 
     scope: TakedownScope
@@ -202,7 +209,11 @@ class Takedown:
                 return host_key(url) == self.value
             except ValueError:
                 return False
-        return fnmatch.fnmatchcase(url, self.value)
+        try:
+            host = host_key(url)
+        except ValueError:
+            return False
+        return _scope_of(self.value).covers(host) and fnmatch.fnmatchcase(url, self.value)
 
 
 ControlCommand = HostControl | Pause | Resume | Takedown
@@ -235,8 +246,8 @@ def takedown(scope: str, value: str, *, id: str, issued_at: float) -> Takedown:
     """A validated Takedown with `value` normalised for its scope (decision 1402; POST /v1/takedowns).
 
     Raises ContractError: unknown scope, a URL normalize_url rejects, a host normalize_host rejects,
-    or a pattern that is empty, longer than MAX_PATTERN_LENGTH, not printable ASCII, with more than
-    MAX_PATTERN_STARS `*`, a scheme part that cannot match http(s) or a host part that is not literal.
+    or a pattern check_takedown_pattern refuses. How many patterns are in force is the job's to judge
+    (pattern_cap_note): a command is valid whatever the count.
     """
     if scope not in _SCOPES:
         raise ContractError(f"scope: must be one of {list(_SCOPES)}, got {_clip(repr(scope))}")
@@ -358,6 +369,51 @@ def _normalize_takedown_value(scope: str, value: Any) -> str:
     return value
 
 
+# What a pattern may look like, in words for operators (the API's and the CLI's help, decision 3730).
+PATTERN_RULE = ("a takedown pattern is an fnmatch glob (*, ?, [...], case-sensitive) over normalised URLs "
+                "whose scheme part matches http or https and whose host part is one literal host, optionally "
+                "after '*.' (http*://*.example.com/private/*); it covers URLs of that host (or of its "
+                "subdomains) only, so a pattern without a literal host, such as *://*/private/*, is refused")
+
+
+def pattern_cap_note(cap: int = MAX_TAKEDOWN_PATTERNS) -> str:
+    """The sentence that tells an operator the job caps the patterns in force (decision 3731): the API's
+    answer and the CLI's output repeat it, since only the job knows how many are in force."""
+    return (f"the crawl keeps at most {cap} takedown patterns in force (control.max_takedown_patterns); "
+            "the job refuses any pattern beyond that and reports it on crawl.status as a rejected_command, "
+            "so take down whole hosts or single URLs instead, or raise the cap")
+
+
+@dataclass(frozen=True)
+class PatternScope:
+    """The hosts a takedown pattern can cover: `host` itself, or (`subdomains`) the hosts ending in
+    `.host`. Host keys keep a non-default port, so `*.example.com:8080` covers `a.example.com:8080`."""
+
+    host: str
+    subdomains: bool
+
+    def covers(self, url_host: str) -> bool:
+        """Whether a URL of `url_host` (a udfs.urls.host_key) is in this pattern's scope."""
+        return url_host.endswith("." + self.host) if self.subdomains else url_host == self.host
+
+
+def check_takedown_pattern(pattern: Any) -> PatternScope:
+    """The scope of a valid takedown pattern (PATTERN_RULE, decisions 1402 and 3730); raises
+    ContractError with the reason for any other value. A valid pattern is kept exactly as given."""
+    if not isinstance(pattern, str) or not pattern:
+        raise ContractError(f"value: must be a non-empty string, got {_clip(repr(pattern))}")
+    _check_pattern(pattern)
+    return _scope_of(pattern)
+
+
+def _scope_of(pattern: str) -> PatternScope:
+    """The scope of a pattern already checked: the text between `://` and the next `/`."""
+    authority = pattern.partition("://")[2].partition("/")[0]
+    if authority.startswith("*."):
+        return PatternScope(authority[2:], True)
+    return PatternScope(authority, False)
+
+
 def _check_pattern(pattern: str) -> None:
     """Decision 1402: a takedown glob must not be able to take down the whole web by a slip."""
     if len(pattern) > MAX_PATTERN_LENGTH:
@@ -377,7 +433,9 @@ def _check_pattern(pattern: str) -> None:
     literal = authority[2:] if subdomains else authority
     if _GLOB_CHARS.search(literal) or not _is_host_key(literal) or (subdomains and "." not in literal):
         raise ContractError(f"value: pattern host part {_clip(authority)!r} must be a normalised host, "
-                            "optionally after '*.' (then with a dot: '*.example.com', not '*.com')")
+                            "optionally after '*.' (then with a dot: '*.example.com', not '*.com'); a pattern "
+                            "covers one host or its subdomains, so one without a literal host is refused: "
+                            "send a pattern per host")
 
 
 def _is_host_key(text: str) -> bool:

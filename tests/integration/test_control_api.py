@@ -1,6 +1,7 @@
 """The control API and CLI against a real broker: every endpoint driven over HTTP on loopback, what it
 wrote read back from crawl.control / crawl.frontier / crawl.status; bad commands answered 4xx in JSON
-and recorded as `rejected_command`."""
+and recorded as `rejected_command`. Tests of who may act (tokens, Host, Origin, Content-Type, the audit
+actor) and of the host view's reads are in test_control_api_access.py."""
 from __future__ import annotations
 
 import asyncio
@@ -10,6 +11,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -18,7 +20,9 @@ from aiohttp import web
 
 from crawler import kafka_io
 from crawler.cli import main as crawler_main
-from crawler.control import MAX_BODY_BYTES, ControlWriter, make_app
+from crawler.audit import AuditLog
+from crawler.control import MAX_BODY_BYTES, ApiTokens, ControlWriter, HostViews, make_app
+from crawler.stack import ensure_api_token
 from tests.integration.harness import free_port
 from udfs.control import parse_control
 from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_STATUS, decode_frontier_event, encode
@@ -27,13 +31,17 @@ pytestmark = pytest.mark.integration
 
 
 class ApiServer:
-    """The API app served on a free loopback port by a background event loop."""
+    """The API app served on a free loopback port by a background event loop, with one token file (actor
+    `operator`) in `token_dir`; `call` sends that token unless told otherwise."""
 
-    def __init__(self, writer: ControlWriter) -> None:
+    def __init__(self, writer: ControlWriter, token_dir: Path, *, audit: AuditLog | None = None,
+                 views: HostViews | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.token = ensure_api_token(token_dir, "operator")[0].read_text().strip()
         self.loop = asyncio.new_event_loop()
-        self.runner = web.AppRunner(make_app(writer))
+        self.app = make_app(writer, audit, tokens=ApiTokens(token_dir), views=views)
+        self.runner = web.AppRunner(self.app)
         self.thread = threading.Thread(target=self._serve, daemon=True)
 
     def _serve(self) -> None:
@@ -59,20 +67,24 @@ class ApiServer:
         self.thread.join(10)
         self.loop.close()
 
-    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None) -> tuple[int, dict[str, Any]]:
-        """One request (a JSON `body` or `raw` bytes); returns the status and the JSON answer."""
+    def call(self, method: str, path: str, body: Any = None, raw: bytes | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+        """One request (a JSON `body` or `raw` bytes) with the token and a JSON Content-Type, unless
+        `headers` says otherwise (a None value leaves a header out); returns the status and the JSON answer."""
+        sent = {"Content-Type": "application/json", "Authorization": f"Bearer {self.token}", **(headers or {})}
+
         async def go() -> tuple[int, dict[str, Any]]:
-            async with aiohttp.ClientSession() as session:
+            async with aiohttp.ClientSession(skip_auto_headers=["Content-Type"]) as session:
                 data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
                 async with session.request(method, self.url + path, data=data,
-                                           headers={"Content-Type": "application/json"}) as resp:
+                                           headers={k: v for k, v in sent.items() if v is not None}) as resp:
                     return resp.status, await resp.json()
         return asyncio.run(go())
 
 
 @pytest.fixture(scope="module")
-def api(kafka_bootstrap: str) -> Iterator[ApiServer]:
-    with ApiServer(ControlWriter(kafka_bootstrap, "api")) as server:
+def api(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    with ApiServer(ControlWriter(kafka_bootstrap, "api"), tmp_path_factory.mktemp("tokens")) as server:
         yield server
 
 
@@ -116,7 +128,7 @@ def test_put_host_writes_a_command_keyed_by_the_host_and_get_folds_the_commands(
     status, view = api.call("GET", f"/v1/hosts/{host}")
     assert status == 200
     assert (view["host"], view["rate_limit_rps"], view["blocked"], view["commands"]) == (host, 2.0, True, 2)
-    assert view["last_command"]["blocked"] is True and view["taken_down"] is False
+    assert view["last_command"]["blocked"] is True and view["taken_down"] is False and view["complete"] is True
 
     assert api.call("PUT", f"/v1/hosts/{host}", {"blocked": False, "rate_limit_rps": 0.5})[0] == 202
     view = api.call("GET", f"/v1/hosts/{host}")[1]
@@ -173,6 +185,8 @@ def test_takedowns_are_normalised_and_a_host_takedown_shows_in_the_host_view(api
     for scope, value, stored, expected_key in cases:
         status, answer = api.call("POST", "/v1/takedowns", {"scope": scope, "value": value})
         assert status == 202, answer
+        # a pattern's answer says the job caps the patterns in force (decision 3731)
+        assert ("max_takedown_patterns" in answer.get("note", "")) == (scope == "pattern")
         key, record = control_record(kafka_bootstrap, answer["record"]["id"])
         assert (key, record["scope"], record["value"]) == (expected_key, scope, stored)
     view = api.call("GET", f"/v1/hosts/{host}")[1]
@@ -234,10 +248,12 @@ def test_unknown_routes_and_methods_answer_json_errors(api: ApiServer, method: s
     assert got == status and answer["error"]
 
 
-def test_an_unreachable_broker_is_a_503_not_a_crash():
+def test_an_unreachable_broker_is_a_503_not_a_crash(tmp_path: Path):
     writer = ControlWriter(f"127.0.0.1:{free_port()}", "api", timeout_s=1.0)
-    with ApiServer(writer) as server:
+    with ApiServer(writer, tmp_path / "tokens") as server:
         status, answer = server.call("POST", "/v1/pause", {})
+        assert status == 503 and "crawl.control" in answer["error"]
+        status, answer = server.call("GET", "/v1/hosts/a.test")
         assert status == 503 and "crawl.control" in answer["error"]
 
 

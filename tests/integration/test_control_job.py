@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawler import kafka_io
+from crawler.audit import os_actor
 from crawler.crawl import records_since
 from crawler.paths import ROOT
 from tests.integration.harness import free_port, start_crawl_job
@@ -83,10 +84,11 @@ def host_and_path(url: str) -> tuple[str, str]:
 class ControlApi:
     """`crawler api` as an operator runs it: a subprocess on a free loopback port."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, token_dir: Path) -> None:
         self.port = free_port()
+        self.token_dir = token_dir
         self.proc = subprocess.Popen([sys.executable, "-m", "crawler.cli", "api", "--bootstrap", bootstrap,
-                                      "--port", str(self.port)], cwd=ROOT,
+                                      "--port", str(self.port), "--token-dir", str(token_dir)], cwd=ROOT,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def wait_listening(self, timeout_s: float = 30.0) -> None:
@@ -103,8 +105,10 @@ class ControlApi:
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One request; returns the JSON answer of a 202 (anything else fails the test)."""
         data = json.dumps(body).encode() if body is not None else b""
+        token = (self.token_dir / os_actor()).read_text().strip()   # written by `crawler api` at its start
         request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json",
+                                                  "Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request, timeout=30) as response:
             assert response.status == 202, (method, path, response.status)
             return json.load(response)
@@ -148,7 +152,7 @@ def controlled_crawl(kafka_bootstrap: str, flink_connector_jar: Path,
         f"politeness.default_delay_s={DELAY_S}", f"politeness.min_delay_s={DELAY_S}",
         "frontier.control_poll_s=2.0",
     ])
-    api = ControlApi(kafka_bootstrap)
+    api = ControlApi(kafka_bootstrap, work / "api-tokens")
     at: dict[str, float] = {}
     try:
         client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "control-test",

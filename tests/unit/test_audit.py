@@ -14,6 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from crawler import control
 from crawler.audit import AUDIT_ENV, AuditLog, check_actor, default_audit_path, os_actor, read_audit
 from crawler.cli import main
+from crawler.stack import ensure_api_token
 
 T0 = 1_767_225_600.0   # 2026-01-01T00:00:00Z
 
@@ -126,18 +127,21 @@ async def _post_takedowns(app, bodies_and_headers):
             await client.post("/v1/takedowns", data=body, headers=headers) for body, headers in bodies_and_headers]]
 
 
-def test_the_api_audits_an_accepted_takedown_with_the_header_actor_and_refuses_a_bad_one(tmp_path):
+def test_the_api_audits_an_accepted_takedown_with_the_tokens_actor_whatever_a_header_says(tmp_path):
     log = AuditLog(tmp_path / "audit.jsonl", actor="api-service")
-    app = control.make_app(_FakeWriter("x", "api"), log)
+    dave, erin = (ensure_api_token(tmp_path / "tokens", name)[0].read_text().strip() for name in ("dave", "erin"))
+    app = control.make_app(_FakeWriter("x", "api"), log, tokens=control.ApiTokens(tmp_path / "tokens"),
+                           views=control.HostViews("127.0.0.1:1"))   # never asked: no GET here
+
+    def sent_by(token: str, **more: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}", "Content-Type": "application/json", **more}
     answers = asyncio.run(_post_takedowns(app, [
-        (b'{"scope": "url", "value": "http://a.example/x"}', {control.ACTOR_HEADER: "dave"}),
-        (b'{"scope": "host", "value": "b.example"}', {}),
-        (b'{"scope": "host", "value": "c.example"}', {control.ACTOR_HEADER: "x" * 300}),
-        (b'{"scope": "pattern", "value": "*"}', {}),
+        (b'{"scope": "url", "value": "http://a.example/x"}', sent_by(dave, **{"X-Crawler-Actor": "mallory"})),
+        (b'{"scope": "host", "value": "b.example"}', sent_by(erin)),
+        (b'{"scope": "pattern", "value": "*"}', sent_by(dave)),
     ]))
-    assert [status for status, _ in answers] == [202, 202, 422, 422]
-    assert "X-Crawler-Actor" in answers[2][1]["error"]
+    assert [status for status, _ in answers] == [202, 202, 422]
     lines = read_audit(tmp_path / "audit.jsonl")
     assert [(l["actor"], l["value"], l["source"]) for l in lines] == [("dave", "http://a.example/x", "api"),
-                                                                       ("api-service", "b.example", "api")]
+                                                                       ("erin", "b.example", "api")]
     assert lines[0]["peer"] == "127.0.0.1"

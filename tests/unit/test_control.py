@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.control import (MAX_PATTERN_LENGTH, MAX_REJECT_RAW, SEED_BATCH_SIZE, HostControl, Pause, Resume,
-                          SeedsRejected, Takedown, check_seeds, fold_host_views, host_control, normalize_host,
-                          parse_control, pause, rejected_command, resume, seed_batches, takedown)
+from udfs.control import (MAX_PATTERN_LENGTH, MAX_REJECT_RAW, MAX_TAKEDOWN_PATTERNS, PATTERN_RULE, SEED_BATCH_SIZE,
+                          HostControl, Pause, PatternScope, Resume, SeedsRejected, Takedown, check_seeds,
+                          check_takedown_pattern, fold_host_views, host_control, normalize_host, parse_control,
+                          pattern_cap_note, pause, rejected_command, resume, seed_batches, takedown)
 from udfs.frontier_logic import QueueItem, coerce_entry
 from udfs.records import ContractError, decode_frontier_event, encode
 from udfs.urls import host_key, url_fp
@@ -172,9 +173,47 @@ def test_bad_takedowns_are_refused_naming_the_field(scope: str, value: object, w
     ("pattern", "http://a.test/private/*", "http://a.test/private/a/b?c", True),
     ("pattern", "http://a.test/private/*", "http://a.test/Private/a", False),  # case-sensitive, as URLs are
     ("pattern", "http://a.test/?id=[0-9]", "http://a.test/?id=7", True),
+    # a pattern covers its own host's URLs only, where fnmatch's `*` alone would reach past the host
+    ("pattern", "http*://*.a.test/*", "https://evil.test/x.a.test/y", False),
+    ("pattern", "http*://a.test/x", "https://evil.test/r/http://a.test/x", False),
+    ("pattern", "http*://*.a.test/*", "http://b.a.test:8080/x", False),
+    ("pattern", "http*://*.a.test:8080/*", "http://b.a.test:8080/x", True),
+    ("pattern", "http://a.test/*", "not a url", False),
 ])
 def test_takedowns_match_normalised_urls(scope: str, value: str, url: str, matched: bool):
     assert takedown(scope, value, **STAMP).matches(url) is matched
+
+
+@pytest.mark.parametrize("pattern, scope", [
+    ("http://a.test/private/*", PatternScope("a.test", False)),
+    ("http*://*.a.test/*", PatternScope("a.test", True)),
+    ("https://a.test:8443/x?id=[0-9]*", PatternScope("a.test:8443", False)),
+    ("*://*.b.a.test/://x.test/*", PatternScope("b.a.test", True)),
+])
+def test_a_valid_pattern_names_the_host_it_covers(pattern: str, scope: PatternScope):
+    assert check_takedown_pattern(pattern) == scope
+
+
+@pytest.mark.parametrize("pattern", ["*://*/private/*", "http://*/x", "https://*.com/*", "http*://ex*le.test/"])
+def test_a_pattern_without_a_literal_host_is_refused_saying_why(pattern: str):
+    with pytest.raises(ContractError) as info:
+        check_takedown_pattern(pattern)
+    assert str(info.value).startswith("value: pattern host part")
+    assert "one without a literal host is refused" in str(info.value) and "a pattern per host" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [None, "", 42])
+def test_a_pattern_must_be_text(value: object):
+    with pytest.raises(ContractError, match="^value: must be a non-empty string"):
+        check_takedown_pattern(value)
+
+
+def test_the_operator_sentences_state_the_rule_and_the_cap():
+    assert "literal host" in PATTERN_RULE and "*://*/private/*" in PATTERN_RULE and "refused" in PATTERN_RULE
+    note = pattern_cap_note()
+    assert f"at most {MAX_TAKEDOWN_PATTERNS} takedown patterns" in note
+    assert "control.max_takedown_patterns" in note and "rejected_command" in note
+    assert "at most 50 " in pattern_cap_note(50)
 
 
 # --- parsing --------------------------------------------------------------------------------------

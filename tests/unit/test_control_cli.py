@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from crawler.cli import build_parser, main
-from crawler.control import (DEFAULT_API_BIND, DEFAULT_API_PORT, DEFAULT_BOOTSTRAP, BadRequest, arguments_json,
-                             body_object, command_from_args, crawl_command, host_command, new_id, seed_request,
-                             takedown_command)
+from crawler.control import (DEFAULT_API_BIND, DEFAULT_API_PORT, DEFAULT_BOOTSTRAP, DEFAULT_MAX_HOST_VIEWS,
+                             DEFAULT_TOKEN_DIR, BadRequest, arguments_json, body_object, command_from_args,
+                             crawl_command, host_command, new_id, seed_request, takedown_command)
+from crawler.stack import DEFAULT_STATE_DIR
 from udfs.control import MAX_SEEDS, HostControl, Pause, Resume, Takedown
 from udfs.records import ContractError
 
@@ -26,6 +27,10 @@ def test_every_control_subcommand_is_registered_with_its_defaults():
     assert parse("pause").bootstrap == DEFAULT_BOOTSTRAP == "127.0.0.1:9092"
     api = parse("api")
     assert (api.port, api.bind) == (DEFAULT_API_PORT, DEFAULT_API_BIND) == (8787, "127.0.0.1")
+    assert api.token_dir == DEFAULT_TOKEN_DIR == DEFAULT_STATE_DIR.resolve() / "api-tokens"
+    assert (api.allow_host, api.max_host_views, api.audit_log) == ([], DEFAULT_MAX_HOST_VIEWS, None)
+    assert parse("api", "--allow-host", "a.internal", "--allow-host", "b.internal").allow_host == [
+        "a.internal", "b.internal"]
     seed = parse("seed", "http://a.test/")
     assert (seed.urls, seed.priority, seed.file) == (["http://a.test/"], 0, None)
     assert parse("host", "a.test", "--block").blocked is True
@@ -43,6 +48,8 @@ def test_every_control_subcommand_is_registered_with_its_defaults():
     ["host-status"],
     ["seed", "--priority", "high", "http://a.test/"],
     ["api", "--port", "http"],
+    ["api", "--actor", "alice"],                               # the API's actor is each request's token's
+    ["api", "--max-host-views", "many"],
     ["pause", "now"],
 ])
 def test_malformed_arguments_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture):
@@ -85,6 +92,8 @@ def test_seed_without_urls_or_file_and_api_on_a_bad_port_exit_2_before_any_conne
     assert "give seed URLs" in capsys.readouterr().err
     assert main(["api", "--port", "70000"]) == 2
     assert "--port must be a TCP port" in capsys.readouterr().err
+    assert main(["api", "--max-host-views", "0"]) == 2
+    assert "--max-host-views must be >= 1" in capsys.readouterr().err
 
 
 def test_an_unreadable_seed_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture):

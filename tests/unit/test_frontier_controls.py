@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+import udfs.control_state as control_state
+from tests.unit.test_control_state import CountingRe, pattern_record, patterns
 from tests.unit.test_frontier_logic_host import HOST, Harness
 from udfs import frontier_logic as fl
-from udfs.control_state import ControlTable
+from udfs.control_state import DEFAULT_CONTROL_POLICY, ControlTable
 from udfs.politeness import PolitenessPolicy
 from udfs.urls import url_fp
 
@@ -103,7 +105,7 @@ def test_the_table_rebuilt_from_its_rows_gives_the_same_answers():
     table = ControlTable()
     rows: dict[str, str] = {}
     for record in ({"type": "host", "host": HOST, "rate_limit_rps": 0.5, "blocked": True}, {"type": "pause"},
-                   {"type": "takedown", "scope": "pattern", "value": "http://*/private/*"},
+                   {"type": "takedown", "scope": "pattern", "value": "http://a.example/private/*"},
                    {"type": "takedown", "scope": "host", "value": "gone.example"}):
         for key, value in table.rows_for(record):
             rows[key] = value
@@ -132,3 +134,30 @@ def test_takes_down_covers_url_pattern_and_host_takedowns_alike():
     assert table.takes_down("http://b.example/private/1") and not table.takes_down("http://b.example/")
     assert table.takes_down("http://c.example:8080/any") and not table.takes_down("http://c.example/any")
     assert not table.takes_down("not a url")
+
+
+def test_patterns_of_other_hosts_cost_the_frontier_no_pattern_work(monkeypatch: pytest.MonkeyPatch):
+    counting = CountingRe()
+    monkeypatch.setattr(control_state, "re", counting)
+    table = ControlTable(DEFAULT_CONTROL_POLICY.max_takedown_patterns)
+    for value in patterns(500):
+        control(table, pattern_record(value))
+    h, page = started(table)
+    h.discover("/e", "/f")
+    h.complete(page)
+    assert [r["url"] for r in h.advance(1.0)] == [f"http://{HOST}/b"]
+    assert (counting.compiles, counting.matches) == (0, 0)      # no pattern names this host
+    control(table, pattern_record(f"http*://{HOST}/secret/*"))
+    h.discover("/secret/1", "/secret/2", "/g")
+    assert h.counts["dropped_taken_down"] == 2 and counting.compiles == 1   # its own pattern, compiled once
+
+
+def test_a_pattern_the_cap_refuses_takes_nothing_down():
+    table = ControlTable(max_patterns=1)
+    control(table, pattern_record("https://elsewhere.example/*"))
+    refused = pattern_record(f"http://{HOST}/secret/*")
+    assert table.refusal(refused) is not None
+    control(table, refused)
+    h, _ = started(table)
+    h.discover("/secret/1")
+    assert h.counts["dropped_taken_down"] == 0
