@@ -2,12 +2,14 @@
 
 Pipeline position (ARCHITECTURE.md §1): frontier → **fetch** → parse / WARC (pages) or crawl.outcomes
 (robots.txt and tdmrep.json, the per-host preflight files, fetched alike: decision 1930). Per request:
-resolve the host (operators/resolver.py: static pins, then DNS through the event loop, cached with a
-bounded TTL and negative caching) → SSRF guard on every address (`udfs.netguard`) → one GET (pages never
-follow redirects; robots.txt and tdmrep.json follow up to `robots_max_redirects`, each hop resolved
-and guarded again)
-→ limits while reading. The connection is made to the guarded address itself: aiohttp asks our
-resolver, which answers only with addresses it has just checked, so DNS rebinding cannot swap them.
+resolve the host (operators/resolver.py: static pins, then asynchronous DNS with its own deadline and
+bounded concurrency, cached with bounded TTLs, failures and timeouts cached too) → SSRF guard on every
+address (`udfs.netguard`) → one GET (pages never follow redirects; robots.txt and tdmrep.json follow
+up to `robots_max_redirects`, each hop resolved and guarded again) → limits while reading (the head's
+size as it arrives, wire and decoded body caps, a decoded-bytes budget shared by the fetches in
+flight: operators/fetch_wire.py). The connection is made to the address the hop checked: aiohttp asks
+our resolver, which answers with that address, so DNS rebinding cannot swap it; the result names the
+peer of the socket that served it. URL userinfo is never sent (no Authorization from `user:pw@`).
 
 Every outcome, limit or failure is a FetchResult with a status and reason; nothing raises out of a
 fetch. The frontier releases at most one request per host at its delay; the operator is keyed by
@@ -36,17 +38,18 @@ from pyflink.datastream.functions import RuntimeContext
 from operators.cpu import register_worker_cpu
 from operators.dedup import BUNDLE_TYPE, Probe, add_dedup, join_key
 from operators.fetch_loop import GATE_COUNTS, FetchLoop
+from operators.fetch_wire import DecodedBudget, GuardedConnector
 from operators.heap import freeze_startup_heap, thaw_heap
 from operators.modes import set_python_mode
 from operators.parse import ParseFunction, is_probe, is_robots, is_tdmrep, probe_outputs, robots_output, tdmrep_outputs
-from operators.resolver import GuardedResolver, ResolveFailure, load_pins
+from operators.resolver import HOP, RESOLVER_COUNTS, GuardedResolver, Hop, ResolveFailure, load_pins
 from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
 from udfs.dedup import DedupPolicy
 from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy, gate_key
 from udfs.fetch_stats import COUNTS, PHASES, STATUS_CLASSES, FetchTally
 from udfs.latency import Occupancy, micros
-from udfs.fetch_status import (DECODE_ERRORS, CappedDecoder, UnsupportedEncoding, fetch_result, header_value,
-                                redirect_target, retry_after_seconds)
+from udfs.fetch_status import (DECODE_ERRORS, CappedDecoder, UnsupportedEncoding, brotli_window, fetch_result,
+                                header_value, redirect_target, retry_after_seconds)
 from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
 from udfs.links import ExtractPolicy
 from udfs.netguard import FetchPolicy
@@ -61,6 +64,10 @@ from udfs.warc import WarcPolicy
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
 ACCEPT_ENCODING = "gzip, deflate, br"
 _CHUNK = 64 * 1024
+# Decoded-byte room a fetch takes from the budget at a time (what one decoding step may add).
+_GRANT = 256 * 1024
+# The largest window a standard brotli decoder accepts (RFC 7932: WBITS 24).
+_BROTLI_MAX_WINDOW = (1 << 24) - 16
 # Per-host files fetched like robots.txt: redirects followed, no content-type filter (tdmrep.json is
 # application/json), robots.txt's small body cap, no conditional headers.
 _PREFLIGHT_KINDS = frozenset({"robots", "tdmrep"})
@@ -79,9 +86,13 @@ class _Exchange:
     request_headers: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     body: bytearray = dataclasses.field(default_factory=bytearray)
     truncated: str | None = None
+    note: str = ""              # said of an OK response (e.g. bytes after its Content-Length dropped)
+    reserved: int = 0           # decoded-bytes budget held beside the body (a brotli decoder's window)
 
 
 _MAX_WAIT_NOTES = 10_000   # hosts whose Retry-After a fetcher remembers before pruning expired ones
+# The fetcher's own counts, published as `fetch.<name>` counters (docs/metrics.md).
+FETCHER_COUNTS = ("decoded_budget_waits", "decoded_budget_cuts", "extra_bytes_dropped")
 
 
 class Fetcher:
@@ -98,6 +109,19 @@ class Fetcher:
         # redirect to another host is a request to that host outside its own frontier's pacing; it must
         # not go while the host asked us to wait (decision 1608).
         self._wait_until: dict[str, float] = {}
+        # The decoded body bytes of all fetches in flight (decision 3761).
+        self._budget = DecodedBudget(policy.max_decoded_in_flight_bytes, policy.decoded_budget_wait_s)
+        self._extra_dropped = 0
+
+    @property
+    def budget(self) -> DecodedBudget:
+        """The decoded-bytes budget of the fetches in flight (its level feeds `fetch.decoded_held_bytes`)."""
+        return self._budget
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The fetcher's own counts (FETCHER_COUNTS), for the `fetch` metric group."""
+        return {**self._budget.counts, "extra_bytes_dropped": self._extra_dropped}
 
     @property
     def resolver(self) -> GuardedResolver:
@@ -109,8 +133,8 @@ class Fetcher:
         if self._session is None:
             policy = self._policy
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(resolver=self._resolver, use_dns_cache=False,
-                                               force_close=True, limit=0, ssl=policy.verify_tls),
+                connector=GuardedConnector(max_head_bytes=policy.max_header_bytes, resolver=self._resolver,
+                                           use_dns_cache=False, force_close=True, limit=0, ssl=policy.verify_tls),
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=aiohttp.ClientTimeout(total=None, connect=None,
                                               sock_connect=policy.connect_timeout_s,
@@ -121,6 +145,11 @@ class Fetcher:
                 headers={"User-Agent": policy.user_agent, "Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING},
                 trace_configs=[_connect_timer(self._tally)] if self._tally is not None else None,
             )
+            # aiohttp sends an idempotent request again, on a new connection, when the server drops
+            # the first before answering: a second request the frontier's pacing and the address
+            # gate never saw. One request per fetch; the frontier decides about retries. (The same
+            # switch aiohttp's own test client turns off; aiohttp is pinned.)
+            self._session._retry_connection = False
         return self._session
 
     async def close(self) -> None:
@@ -128,6 +157,7 @@ class Fetcher:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        await self._resolver.close()
 
     async def address(self, host: str) -> str | None:
         """The guarded address a fetch of `host` would connect to, or None when it has none (the fetch
@@ -157,6 +187,9 @@ class Fetcher:
                                 truncated="time" if exchange.http_status is not None else None)
         except Exception as exc:  # noqa: BLE001 - errors are data: one record per request, never a task failure
             return self._result(request, FetchStatus.ERROR, f"{type(exc).__name__}: {exc}", hops[-1], started)
+        finally:
+            # The bodies leave with the result (a copy): the budget gets their room back.
+            self._budget.give(sum(len(hop.body) + hop.reserved for hop in hops))
 
     async def _fetch_hops(self, request: FetchRequest, hops_seen: list[_Exchange], started: float) -> FetchResult:
         robots = request.get("kind") in _PREFLIGHT_KINDS
@@ -205,6 +238,10 @@ class Fetcher:
     async def _one_hop(self, request: FetchRequest, exchange: _Exchange, robots: bool) -> tuple[FetchStatus, str]:
         policy = self._policy
         url = URL(exchange.url)
+        if url.user is not None or url.password is not None:
+            # Userinfo is neither sent (aiohttp would make it Basic auth) nor archived nor published.
+            url = url.with_user(None)
+            exchange.url = str(url)
         if url.scheme not in ("http", "https") or not url.host:
             return FetchStatus.ERROR, f"not an http(s) URL: {exchange.url!r}"
         resolving = time.monotonic()
@@ -214,6 +251,24 @@ class Fetcher:
             return failure.status, failure.reason
         if self._tally is not None:
             self._tally.windows["dns"].add(time.monotonic() - resolving)
+        # The hop's checked address is what aiohttp connects to; the socket's peer is what we record.
+        hop = Hop(host=url.host, address=exchange.ip)
+        token = HOP.set(hop)
+        try:
+            return await self._exchange(request, exchange, robots, url)
+        finally:
+            HOP.reset(token)
+            if hop.peer is not None:
+                exchange.ip = hop.peer
+            extra = getattr(hop.protocol, "extra_bytes", 0)
+            if extra and exchange.http_status is not None:
+                self._extra_dropped += 1
+                exchange.note = f"{extra} bytes after the declared Content-Length dropped; the declared body kept"
+
+    async def _exchange(self, request: FetchRequest, exchange: _Exchange, robots: bool,
+                        url: URL) -> tuple[FetchStatus, str]:
+        """The request and response of one hop, to the checked address."""
+        policy = self._policy
         headers = {}
         if not robots and request.get("etag"):
             headers["If-None-Match"] = str(request["etag"])
@@ -225,6 +280,8 @@ class Fetcher:
                 if self._tally is not None:  # first byte: request start to response head, connect included
                     self._tally.windows["first_byte"].add(time.monotonic() - requesting)
                 _record_head(exchange, response)
+                # The connection layer already stopped reading past the limit (WireGuard); this
+                # check remains for heads it could not measure (none expected).
                 head_size = sum(len(k) + len(v) + 4 for k, v in response.raw_headers)
                 if head_size > policy.max_header_bytes:
                     exchange.headers = []
@@ -233,11 +290,11 @@ class Fetcher:
                         and not policy.content_type_allowed(header_value(exchange.headers, "content-type"),
                                                             sitemap=request.get("sitemap") is True)):
                     return FetchStatus.BAD_CONTENT_TYPE, f"content type {header_value(exchange.headers, 'content-type')!r} not allowed"
+                decoded_cap = policy.decoded_cap(header_value(exchange.headers, "content-type"), robots)
                 if robots:
                     # robots.txt is small by nature: both its wire and its decoded size stop at the robots cap.
-                    return await self._read_body(response, exchange, policy.robots_max_bytes,
-                                                 min(policy.robots_max_bytes, policy.max_decoded_bytes))
-                return await self._read_body(response, exchange, policy.max_body_bytes, policy.max_decoded_bytes)
+                    return await self._read_body(response, exchange, policy.robots_max_bytes, decoded_cap)
+                return await self._read_body(response, exchange, policy.max_body_bytes, decoded_cap)
         except aiohttp.ConnectionTimeoutError:
             return FetchStatus.TIMEOUT, f"connect timeout after {policy.connect_timeout_s:g} s"
         except aiohttp.SocketTimeoutError:
@@ -246,7 +303,7 @@ class Fetcher:
             exchange.truncated = "time"
             return FetchStatus.TIMEOUT, f"body stalled for {policy.first_byte_timeout_s:g} s"
         except aiohttp.ClientConnectorDNSError as exc:
-            # Only reached if the answer changed since the pre-flight check (rebinding or expiry).
+            # Only reached if the guard refuses the hop's own checked address (it cannot change).
             return getattr(exc.os_error, "status", FetchStatus.DNS_ERROR), str(exc.os_error)
         except aiohttp.ClientResponseError as exc:
             return FetchStatus.ERROR, f"{_head_problem(exc.message)}: {exc.message}"
@@ -264,15 +321,42 @@ class Fetcher:
             return FetchStatus.ERROR, str(exc)
         wire = 0
         body_started = time.monotonic()
+        budget = self._budget
+        full = (FetchStatus.TOO_LARGE, f"decoded-bytes budget of the fetches in flight ({budget.limit} bytes) "
+                                       f"full for {budget.wait_s:g} s")
         async for chunk in response.content.iter_chunked(_CHUNK):
             if wire + len(chunk) > cap:
                 chunk = chunk[:cap - wire]
                 exchange.truncated = "length"
+            if not wire and chunk and decoder.encoding == "br":
+                # A brotli decoder keeps a ring buffer as large as the window its stream declares (4 MiB
+                # at the usual setting, 16 MiB at most; larger ones fail to decode), whatever the body's
+                # cap: room for it is taken before decoding, and held to the fetch's end.
+                need = min(brotli_window(chunk[0]), _BROTLI_MAX_WINDOW)
+                while exchange.reserved < need:
+                    room = await budget.take(need - exchange.reserved)
+                    if not room:
+                        exchange.truncated = "length"
+                        return full
+                    exchange.reserved += room
             wire += len(chunk)
-            try:
-                exchange.body += decoder.feed(chunk)
-            except DECODE_ERRORS as exc:
-                return FetchStatus.ERROR, f"corrupt {decoder.encoding} body: {exc}"
+            # Decoded in slices the budget has room for: a bomb's output never exists beyond its room.
+            # At its own cap a body needs no room: one byte more is decoded only to learn it is over.
+            while True:
+                room = await budget.take(min(_GRANT, decoder.room)) if decoder.room else 0
+                if decoder.room and not room:
+                    exchange.truncated = "length"
+                    return full
+                try:
+                    out = decoder.feed(chunk, room or 1)
+                except DECODE_ERRORS as exc:
+                    budget.give(room)
+                    return FetchStatus.ERROR, f"corrupt {decoder.encoding} body: {exc}"
+                budget.give(room - len(out))
+                exchange.body += out
+                chunk = b""
+                if not decoder.pending:
+                    break
             if exchange.truncated == "length":
                 return FetchStatus.TOO_LARGE, f"body over {cap} bytes"
             if decoder.over_limit:
@@ -289,6 +373,8 @@ class Fetcher:
                 started: float, truncated: str | None = None) -> FetchResult:
         keeps_body = status in (FetchStatus.OK, FetchStatus.TOO_LARGE, FetchStatus.TIMEOUT,
                                 FetchStatus.TOO_SLOW, FetchStatus.CONN_ERROR)
+        if status is FetchStatus.OK and not reason:
+            reason = exchange.note
         return fetch_result(
             request, status, reason=reason, started_at=started, done_at=self._clock(), url=exchange.url,
             http_status=exchange.http_status, http_reason=exchange.http_reason,
@@ -373,7 +459,7 @@ class FetchFunction(KeyedProcessFunction):
         if runtime_context is not None:  # None: driven directly, outside Flink (tests)
             metrics = runtime_context.get_metrics_group()
             fetch_group = metrics.add_group("fetch")
-            _FetchMetrics(fetch_group, self._tally, fetcher.resolver, self._loop.occupancy)
+            _FetchMetrics(fetch_group, self._tally, fetcher, self._loop.occupancy)
             register_worker_cpu(fetch_group)
             _GateMetrics(metrics.add_group("ipgate"), self._loop)
         freeze_startup_heap()
@@ -448,15 +534,17 @@ class _FetchMetrics:
     computes the latency percentiles the later gauges return (docs/decisions/1701).
     """
 
-    def __init__(self, group: Any, tally: FetchTally, resolver: GuardedResolver, occupancy: Occupancy) -> None:
-        self._tally, self._resolver, self._occupancy = tally, resolver, occupancy
+    def __init__(self, group: Any, tally: FetchTally, fetcher: Fetcher, occupancy: Occupancy) -> None:
+        self._tally, self._fetcher, self._occupancy = tally, fetcher, occupancy
         self._bundles = 0
         group.gauge("bundles", self._flush)   # registered first, so read first
-        self._counters = {name: group.counter(name) for name in (*COUNTS, *resolver.counts)}
+        self._counters = {name: group.counter(name) for name in (*COUNTS, *RESOLVER_COUNTS, *FETCHER_COUNTS)}
         self._meters = {name: group.meter(f"{name}_per_s") for name in STATUS_CLASSES}
-        self._resolver_seen = dict.fromkeys(resolver.counts, 0)
+        self._seen = dict.fromkeys((*RESOLVER_COUNTS, *FETCHER_COUNTS), 0)
         self._gauges = {f"{phase}_{q}_us": 0 for phase in PHASES for q in ("p50", "p95")}
         self._gauges["idle_ppm"] = 1_000_000
+        self._gauges["decoded_held_bytes"] = 0
+        self._gauges["decoded_held_peak_bytes"] = 0
         for name in self._gauges:
             group.gauge(name, functools.partial(self._gauges.__getitem__, name))
 
@@ -472,14 +560,16 @@ class _FetchMetrics:
             self._counters[name].inc(grown)
             if name in self._meters:
                 self._meters[name].mark_event(grown)
-        for name, value in self._resolver.counts.items():
-            if value > self._resolver_seen[name]:
-                self._counters[name].inc(value - self._resolver_seen[name])
-                self._resolver_seen[name] = value
+        for name, value in (*self._fetcher.resolver.counts.items(), *self._fetcher.counts.items()):
+            if value > self._seen[name]:
+                self._counters[name].inc(value - self._seen[name])
+                self._seen[name] = value
         for phase in PHASES:
             p50, p95 = self._tally.windows[phase].percentiles(0.5, 0.95)
             self._gauges[f"{phase}_p50_us"], self._gauges[f"{phase}_p95_us"] = micros(p50), micros(p95)
         self._gauges["idle_ppm"] = round((1.0 - self._occupancy.busy_ratio()) * 1_000_000)
+        budget = self._fetcher.budget
+        self._gauges["decoded_held_bytes"], self._gauges["decoded_held_peak_bytes"] = budget.held, budget.peak
         self._bundles += 1
         return self._bundles
 

@@ -14,6 +14,8 @@ back when its frontier lease expires (ARCHITECTURE.md §1 lease, at-least-once).
 A request whose address the frontier does not know yet (a host resolved by DNS, before its first
 fetch came back) is resolved when it arrives, before it waits at the gate, and waits at the gate of
 that address: two new host names on one server never have requests open together (decision 1818).
+The look-ahead ends by the resolver's own DNS deadline (decision 3760), and by the fetch's total
+deadline whatever happens; a host without an address then waits under its name.
 
 No PyFlink import: tests drive it against real sockets without a cluster.
 """
@@ -179,11 +181,13 @@ class FetchLoop:
         """Gate `request` under its host's address once resolved; under its host when it has none."""
         assert self._locate is not None
         try:
-            address = await self._locate(urlsplit(str(request.get("url", ""))).hostname or "")
+            # The resolver has its own deadline; this one only guarantees the look-ahead ends.
+            async with asyncio.timeout(self._total_timeout_s):
+                address = await self._locate(urlsplit(str(request.get("url", ""))).hostname or "")
         except asyncio.CancelledError:
             self.locating -= 1
             raise
-        except Exception:  # noqa: BLE001 - a resolver bug costs the look-ahead, never the request
+        except Exception:  # noqa: BLE001 - a resolver bug or a late answer costs the look-ahead, never the request
             address = None
         self._gate(FetchRequest({**request, "ip": address}) if address else request)  # type: ignore[typeddict-item]
         self.locating -= 1   # after: the request is in the gate now

@@ -8,6 +8,7 @@ cap (decision 0901).
 """
 from __future__ import annotations
 
+import collections
 import email.utils
 from typing import Callable, Final
 
@@ -143,6 +144,21 @@ def warc_http_version(result: FetchResult) -> str:
     return "HTTP/" + (result.get("http_version") or "1.1")
 
 
+def brotli_window(first_byte: int) -> int:
+    """The sliding window (bytes) a brotli stream declares in its first byte (RFC 7932 §9.1, WBITS):
+    what its decoder may allocate, whatever the stream's length. The large-window extension's marker
+    (which standard decoders refuse) reads as its largest window, 1 GiB."""
+    if not first_byte & 1:
+        return (1 << 16) - 16
+    n = (first_byte >> 1) & 7
+    if n:
+        return (1 << (17 + n)) - 16
+    m = (first_byte >> 4) & 7
+    if m == 1:
+        return (1 << 30) - 16
+    return (1 << (8 + m if m else 17)) - 16
+
+
 class UnsupportedEncoding(ValueError):
     """A Content-Encoding the fetcher cannot decode (the value is in the message)."""
 
@@ -151,9 +167,11 @@ class CappedDecoder:
     """Incremental Content-Encoding decoder that never produces more than `limit` bytes.
 
     Implements the decompressed-size cap of the fetch limits (ARCHITECTURE.md §7): a gzip, deflate or
-    brotli bomb stops after `limit + 1` decoded bytes, whatever its ratio. `feed` returns the decoded
-    bytes (already cut at the cap) and sets `over_limit` once the cap is reached; corrupt input
-    raises one of `DECODE_ERRORS`.
+    brotli bomb stops after `limit + 1` decoded bytes, whatever its ratio. `feed(data, max_out)` returns
+    the decoded bytes (already cut at the cap), at most `max_out` of them, and sets `over_limit` once
+    the cap is reached; input that still holds output stays inside (`pending`) and comes out at the next
+    `feed`, with or without new data, so a caller can decode a bomb in slices it has room for.
+    Corrupt input raises one of `DECODE_ERRORS`.
     """
 
     def __init__(self, content_encoding: str | None, limit: int) -> None:
@@ -165,22 +183,56 @@ class CappedDecoder:
         self.produced = 0
         self.over_limit = False
         self._state = _DECODERS[encoding]()
+        self._backlog: collections.deque[bytes] = collections.deque()   # wire chunks not yet decoded
+        self._more = False   # the input given may still hold output (the decoder's word, after output)
 
-    def feed(self, data: bytes) -> bytes:
-        """Decode the next wire chunk; returns at most what is left under the cap."""
-        if self.over_limit or not data:
+    @property
+    def room(self) -> int:
+        """Decoded bytes still allowed under the cap."""
+        return self.limit - self.produced
+
+    @property
+    def pending(self) -> bool:
+        """Whether input already fed may still give output."""
+        return not self.over_limit and (self._more or bool(self._backlog))
+
+    def feed(self, data: bytes = b"", max_out: int | None = None) -> bytes:
+        """Decode the next wire chunk (or go on with what earlier ones hold); returns at most `max_out`
+        bytes (default: no bound but the cap)."""
+        if self.over_limit:
             return b""
+        if data:
+            self._backlog.append(data)
         room = self.limit - self.produced
-        out = self._state.decode(data, room + 1)
+        want = room + 1 if max_out is None else min(max_out, room + 1)
+        out = bytearray()
+        while len(out) < want and (self._more or self._backlog):
+            ask = want - len(out)
+            piece = self._state.decode(b"" if self._more else self._backlog.popleft(), ask)
+            self._more = bool(piece) and self._state.more
+            out += piece
         if len(out) > room:
             self.over_limit = True
-            out = out[:room]
+            del out[room:]
         self.produced += len(out)
-        return out
+        return bytes(out)
+
+
+# Each decoder's `decode(data, max_out)` gives at most `max_out` bytes; its `more` then says whether the
+# input given so far may hold more output (a call with no new data gets it).
 
 
 class _Identity:
+    def __init__(self) -> None:
+        self._rest = b""
+
+    @property
+    def more(self) -> bool:
+        return bool(self._rest)
+
     def decode(self, data: bytes, max_out: int) -> bytes:
+        data = self._rest + data if self._rest else data
+        self._rest = data[max_out:]
         return data[:max_out]
 
 
@@ -196,8 +248,25 @@ class _Zlib:
         self._wbits = wbits
         self._obj = zlib_ng.decompressobj(wbits)
         self._first = True
+        self._filled = False
+
+    @property
+    def more(self) -> bool:
+        obj = self._obj
+        if obj.eof:
+            return bool(obj.unused_data) and self._wbits > 0
+        return bool(obj.unconsumed_tail) or self._filled
 
     def decode(self, data: bytes, max_out: int) -> bytes:
+        if self._obj.eof:
+            # The next gzip member (or zlib stream) starts in unused_data; after raw deflate nothing does.
+            rest = self._obj.unused_data + data
+            if self._wbits < 0 or not rest:
+                return b""
+            self._obj = zlib_ng.decompressobj(self._wbits)
+            data = rest
+        else:
+            data = self._obj.unconsumed_tail + data
         try:
             out = self._obj.decompress(data, max_out)
         except zlib_ng.error:
@@ -212,15 +281,33 @@ class _Zlib:
             rest = self._obj.unused_data
             self._obj = zlib_ng.decompressobj(self._wbits)
             out += self._obj.decompress(rest, max_out - len(out))
+        self._filled = len(out) >= max_out   # inflate may hold output back when its room runs out
         return out
 
 
 class _Brotli:
+    """brotli's output limit is loose (a call gives up to about twice what it asked for, in buffer
+    blocks), so it is asked for half the room and a surplus waits here for the next call. Its
+    `can_accept_more_data` does not say that the input given is used up, so only a call that gave
+    nothing does."""
+
     def __init__(self) -> None:
         self._obj = brotli.Decompressor()
+        self._rest = b""
+        self._drained = False
+
+    @property
+    def more(self) -> bool:
+        return bool(self._rest) or not self._drained
 
     def decode(self, data: bytes, max_out: int) -> bytes:
-        return self._obj.process(data, output_buffer_limit=max_out)[:max_out]
+        self._drained = False
+        if data or len(self._rest) < max_out:
+            got = self._obj.process(data, output_buffer_limit=max(1, (max_out - len(self._rest)) // 2))
+            self._drained = not got
+            self._rest = self._rest + got if self._rest else got
+        out, self._rest = self._rest[:max_out], self._rest[max_out:]
+        return out
 
 
 _DECODERS: Final[dict[str, Callable[[], _Identity | _Zlib | _Brotli]]] = {

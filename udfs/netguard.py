@@ -5,7 +5,8 @@ Three pure pieces the fetch operator (`operators/fetch.py`) applies before and d
 - `classify_address(ip, policy)`: the SSRF guard (ARCHITECTURE.md §1 "fetch ─ caching resolver → SSRF
   guard"). Every address falls in one category of the IANA special-purpose registries; only `public`
   is allowed by default. `allow_cidrs` re-admit ranges (tests allow 127.0.0.0/8), `deny_cidrs` refuse
-  ranges and always win. Cloud metadata addresses are never re-admitted by an allow range.
+  ranges and always win. Cloud metadata addresses are never re-admitted by an allow range, and cloud
+  metadata host names (`classify_host_name`) are refused before they are resolved.
 - `parse_host_map(text)`: static name → address pins (`/etc/hosts` or `hostname ip` lines), consulted
   before DNS; every malformed line is reported with its number.
 - `FetchPolicy`: timeouts, size caps, content types, user agent (ARCHITECTURE.md §7 limits).
@@ -26,8 +27,13 @@ PUBLIC: Final = "public"
 # Ordered: the first range containing an address names its category, so narrower ranges come first
 # (the metadata address before link-local, Teredo before the IETF protocol block).
 _CATEGORY_RANGES: Final[tuple[tuple[str, str], ...]] = (
-    ("169.254.169.254/32", "metadata"),       # AWS/GCP/Azure/OpenStack instance metadata
+    ("169.254.169.254/32", "metadata"),       # AWS/GCP/Azure/OpenStack/Oracle/DigitalOcean instance metadata
+    ("169.254.170.2/32", "metadata"),         # AWS ECS task metadata and credentials
+    ("169.254.170.23/32", "metadata"),        # AWS EKS Pod Identity credentials
+    ("169.254.0.23/32", "metadata"),          # Tencent Cloud metadata (metadata.tencentyun.com)
     ("100.100.100.200/32", "metadata"),       # Alibaba Cloud metadata
+    ("168.63.129.16/32", "metadata"),         # Azure WireServer / host agent (a public address)
+    ("192.0.0.192/32", "metadata"),           # Oracle Cloud metadata (before the IETF block below)
     ("0.0.0.0/8", "unspecified"),             # "this network" (RFC 791)
     ("10.0.0.0/8", "private"),                # RFC 1918
     ("100.64.0.0/10", "shared"),              # carrier-grade NAT (RFC 6598)
@@ -45,6 +51,8 @@ _CATEGORY_RANGES: Final[tuple[tuple[str, str], ...]] = (
     ("255.255.255.255/32", "broadcast"),
     ("240.0.0.0/4", "reserved"),              # class E
     ("fd00:ec2::254/128", "metadata"),        # AWS instance metadata over IPv6
+    ("fd00:ec2::23/128", "metadata"),         # AWS EKS Pod Identity over IPv6
+    ("fd20:ce::254/128", "metadata"),         # GCP metadata server over IPv6
     ("::/128", "unspecified"),
     ("::1/128", "loopback"),
     ("::ffff:0:0/96", "ipv4_mapped"),         # reaches the embedded IPv4 address on dual-stack sockets
@@ -68,6 +76,14 @@ _CATEGORY_NETWORKS: Final[tuple[tuple[IPNetwork, str], ...]] = tuple(
 _IPV6_GLOBAL_UNICAST: Final = ipaddress.ip_network("2000::/3")
 
 CATEGORIES: Final[frozenset[str]] = frozenset({c for _, c in _CATEGORY_RANGES} | {PUBLIC})
+
+# Host names of cloud metadata services: refused by name, before any pin or DNS answer is looked at,
+# so a resolver (or a host map) that maps them elsewhere cannot make the guard miss them.
+METADATA_HOST_NAMES: Final[frozenset[str]] = frozenset({
+    "metadata.google.internal", "metadata.goog", "metadata",      # GCP (and its short name)
+    "instance-data", "instance-data.ec2.internal",                 # AWS
+    "metadata.tencentyun.com",                                     # Tencent Cloud
+})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,11 +126,17 @@ def _matching(ip: IPAddress, networks: tuple[IPNetwork, ...]) -> IPNetwork | Non
     return None
 
 
+_NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
+
+
 def _embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
     if ip.version != 6:
         return None
     assert isinstance(ip, ipaddress.IPv6Address)
-    return ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+    embedded = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+    if embedded is None and ip in _NAT64:
+        embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return embedded
 
 
 def classify_address(
@@ -124,8 +146,9 @@ def classify_address(
 ) -> AddressVerdict:
     """Decide whether the fetcher may connect to `ip` (the SSRF guard, ARCHITECTURE.md §1 fetch).
 
-    Order: a `deny` range (also matched against the IPv4 address embedded in a mapped, 6to4 or Teredo
-    IPv6 address) refuses; then metadata addresses are refused whatever `allow` says; then an `allow`
+    Order: a `deny` range (also matched against the IPv4 address embedded in a mapped, 6to4, Teredo or
+    NAT64 IPv6 address) refuses; then metadata addresses, embedded ones too, are refused whatever
+    `allow` says; then an `allow`
     range admits; then only the "public" category is admitted. Never raises: text that is not an IP
     address is refused with category "invalid".
     """
@@ -142,14 +165,24 @@ def classify_address(
         denied_by = _matching(candidate, deny) if candidate is not None else None
         if denied_by is not None:
             return AddressVerdict(False, category, f"{address} is in deny range {denied_by}")
-    if category == "metadata":
-        return AddressVerdict(False, category, f"{address} is a cloud metadata address")
+    if category == "metadata" or (embedded is not None and address_category(embedded) == "metadata"):
+        return AddressVerdict(False, "metadata", f"{address} is a cloud metadata address")
     allowed_by = _matching(address, allow)
     if allowed_by is not None:
         return AddressVerdict(True, category, f"{address} is in allow range {allowed_by}")
     if category != PUBLIC:
         return AddressVerdict(False, category, f"{address} is a {category.replace('_', '-')} address")
     return AddressVerdict(True, category, "")
+
+
+def classify_host_name(name: str) -> AddressVerdict:
+    """The guard's answer for a host name before it is resolved: refused when it names a cloud metadata
+    service (`METADATA_HOST_NAMES`, case and a trailing dot ignored); otherwise allowed, pending the
+    check of every address it resolves to."""
+    host = name.strip().lower().removesuffix(".")
+    if host in METADATA_HOST_NAMES:
+        return AddressVerdict(False, "metadata", f"{host} is a cloud metadata host name")
+    return AddressVerdict(True, PUBLIC, "")
 
 
 class HostMapError(ValueError):
@@ -241,6 +274,16 @@ class FetchPolicy:
     max_body_bytes: int = 10 * 1024 * 1024
     # Bytes after gzip/deflate/brotli decoding; stops a compression bomb at this size.
     max_decoded_bytes: int = 20 * 1024 * 1024
+    # The same for HTML (text/html, application/xhtml+xml, or no Content-Type: the parser sniffs it):
+    # what the parser is handed, so smaller; the smaller of the two caps applies.
+    max_decoded_html_bytes: int = 5 * 1024 * 1024
+    # Decoded bytes that all fetches in flight of one fetcher hold together: the bodies being read and
+    # the window of each brotli decoder (what its stream declares, up to 16 MiB); at least
+    # max_decoded_bytes, so a fetch alone always reaches its own cap.
+    max_decoded_in_flight_bytes: int = 512 * 1024 * 1024
+    # How long a fetch waits for room in that budget before it stops reading: the body read so far is
+    # kept as too_large (WARC-Truncated "length"), like a body over its own cap. Seconds.
+    decoded_budget_wait_s: float = 1.0
     # Total size of the status line and header fields; a larger head is refused.
     max_header_bytes: int = 64 * 1024
     max_header_count: int = 128
@@ -267,6 +310,18 @@ class FetchPolicy:
     verify_tls: bool = True
     # Real DNS for names not in the host map (off in tests: nothing may leave loopback).
     resolve_dns: bool = True
+    # DNS servers asked, "ip", "ip:port" or "[ipv6]:port"; empty: the system's (/etc/resolv.conf).
+    dns_nameservers: tuple[str, ...] = ()
+    # One lookup's deadline, from asking to the answer (waiting for a lookup slot included), seconds;
+    # a lookup that misses it is a failure, cached for dns_negative_ttl_s like NXDOMAIN. A fetch waits
+    # for it at most until its own total_timeout_s; the lookup goes on to this deadline all the same.
+    dns_timeout_s: float = 3.0
+    # Queries sent for one name (to each server in turn) within that deadline.
+    dns_tries: int = 2
+    # Lookups running at once, in all and per registrable domain (a domain whose servers are slow
+    # holds only its own slots).
+    dns_max_concurrent: int = 64
+    dns_max_concurrent_per_domain: int = 4
     # DNS answers are cached at most this long; failures are remembered for the negative TTL.
     dns_ttl_s: float = 300.0
     dns_negative_ttl_s: float = 60.0
@@ -281,7 +336,7 @@ class FetchPolicy:
         if "+http" not in self.user_agent:
             raise ValueError(f"user_agent {self.user_agent!r} must name a contact URL as '(+https://...)'")
         for name in ("connect_timeout_s", "first_byte_timeout_s", "total_timeout_s", "dns_ttl_s",
-                     "dns_negative_ttl_s"):
+                     "dns_negative_ttl_s", "dns_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in ("connect_timeout_s", "first_byte_timeout_s"):
@@ -289,10 +344,23 @@ class FetchPolicy:
                 raise ValueError(f"{name} ({getattr(self, name)}) exceeds total_timeout_s ({self.total_timeout_s})")
         if self.min_speed_bytes_per_s < 0 or self.min_speed_grace_s < 0:
             raise ValueError("min_speed_bytes_per_s and min_speed_grace_s must not be negative")
-        for name in ("max_body_bytes", "max_decoded_bytes", "max_header_bytes", "max_header_count",
-                     "robots_max_bytes", "dns_cache_size"):
+        for name in ("max_body_bytes", "max_decoded_bytes", "max_decoded_html_bytes", "max_header_bytes",
+                     "max_header_count", "robots_max_bytes", "dns_cache_size", "dns_max_concurrent",
+                     "dns_max_concurrent_per_domain"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_decoded_in_flight_bytes < self.max_decoded_bytes:
+            raise ValueError(f"max_decoded_in_flight_bytes ({self.max_decoded_in_flight_bytes}) must be at least "
+                             f"max_decoded_bytes ({self.max_decoded_bytes})")
+        if not 0 <= self.decoded_budget_wait_s <= 60:
+            raise ValueError(f"decoded_budget_wait_s must be in [0, 60], got {self.decoded_budget_wait_s}")
+        if not 1 <= self.dns_tries <= 5:
+            raise ValueError(f"dns_tries must be in 1..5, got {self.dns_tries}")
+        if self.dns_max_concurrent_per_domain > self.dns_max_concurrent:
+            raise ValueError(f"dns_max_concurrent_per_domain ({self.dns_max_concurrent_per_domain}) exceeds "
+                             f"dns_max_concurrent ({self.dns_max_concurrent})")
+        for server in self.dns_nameservers:
+            parse_nameserver(server)   # raises naming the entry
         if not 0 <= self.dns_prefetch_share < 1:
             raise ValueError(f"dns_prefetch_share must be in [0, 1), got {self.dns_prefetch_share}")
         if self.robots_max_bytes < 500 * 1024:
@@ -325,6 +393,15 @@ class FetchPolicy:
         """`classify_address` with this policy's allow and deny ranges."""
         return classify_address(ip, self.allow_networks, self.deny_networks)
 
+    def decoded_cap(self, content_type: str | None, robots: bool = False) -> int:
+        """The decoded-size cap of one body: robots.txt's (robots_max_bytes), HTML's (max_decoded_html_bytes,
+        also for a body without Content-Type) or any other kind's (max_decoded_bytes); never above the last."""
+        if robots:
+            return min(self.robots_max_bytes, self.max_decoded_bytes)
+        if content_type is None or not content_type.strip() or media_type(content_type) in HTML_TYPES:
+            return min(self.max_decoded_html_bytes, self.max_decoded_bytes)
+        return self.max_decoded_bytes
+
     def content_type_allowed(self, content_type: str | None, sitemap: bool = False) -> bool:
         """Whether a Content-Type header value names an allowed media type (parameters ignored); for a
         sitemap lease (`sitemap`), `sitemap_content_types` are allowed too (decision 1817)."""
@@ -332,6 +409,27 @@ class FetchPolicy:
             return self.allow_missing_content_type
         kind = media_type(content_type)
         return kind in self.allowed_content_types or (sitemap and kind in self.sitemap_content_types)
+
+
+HTML_TYPES: Final = frozenset({"text/html", "application/xhtml+xml"})
+
+
+def parse_nameserver(server: str) -> tuple[str, int]:
+    """(address, port) of a DNS server written "ip", "ip:port" or "[ipv6]:port" (port 53 by default);
+    raises ValueError naming the entry (`FetchPolicy.dns_nameservers`)."""
+    text = server.strip()
+    host, port = text, "53"
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ValueError(f"dns_nameservers: {server!r} is not ip, ip:port or [ipv6]:port")
+        port = rest[1:] or "53"
+    elif text.count(":") == 1:
+        host, port = text.split(":")
+    address = _as_ip(host)
+    if address is None or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"dns_nameservers: {server!r} is not ip, ip:port or [ipv6]:port")
+    return str(address), int(port)
 
 
 def media_type(content_type: str) -> str:

@@ -1,7 +1,8 @@
 """Politeness arithmetic: when a host may be fetched again, and how failures slow it down.
 
 ARCHITECTURE.md §2 invariant 1: `next_allowed_at = done + max(crawl_delay, 1/rate_limit, 10 × fetch_time)`,
-raised by adaptive backoff after 429 (Retry-After honoured), 5xx and timeouts, lowered slowly when the
+raised by adaptive backoff after 429 (Retry-After honoured, counted from the answer's arrival), 5xx and
+timeouts (DNS failures and timeouts among the network failures), lowered slowly when the
 host is healthy. The backoff is AIMD on an extra per-host delay: a failure multiplies it (up to a cap),
 a healthy fetch subtracts a fixed step, so one bad minute does not throttle a host for an hour and a
 flapping host cannot undo its penalty in one lucky fetch.
@@ -24,6 +25,7 @@ class Health(str, enum.Enum):
     SERVER_ERROR = "server_error"  # other 5xx
     TIMEOUT = "timeout"        # deadline passed, too slow, or the lease expired with no completion
     UNREACHABLE = "unreachable"    # refused/reset/TLS/DNS: the host may be overloaded or gone
+    HOSTILE = "hostile"        # a page built to cost its parser (udfs.records.HOSTILE_PARSE_LIMITS)
 
 
 @dataclass(frozen=True)
@@ -126,8 +128,15 @@ def fetch_gap(crawl_delay: float | None, fetch_s: float, backoff_s: float,
 
 def next_allowed_at(done_at: float, crawl_delay: float | None, fetch_s: float, backoff_s: float,
                     retry_after: float | None = None, policy: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
-                    rate_limit_per_s: float | None = None) -> float:
-    """When the host may be fetched again (§2 invariant 1), Retry-After honoured up to its cap."""
+                    rate_limit_per_s: float | None = None, answered_at: float | None = None) -> float:
+    """When the host may be fetched again (§2 invariant 1), Retry-After honoured up to its cap.
+
+    The gap counts from `done_at` (when the caller learned the outcome). A Retry-After counts from
+    `answered_at`, when the answer arrived, as RFC 9110 §10.2.3 means it: "after the response is
+    received", not after the outcome travelled to the caller. Without it, or when it is later than
+    `done_at` (clocks apart), it counts from `done_at`.
+    """
+    start = _finite_or(done_at, 0.0)
     gap = fetch_gap(crawl_delay, fetch_s, backoff_s, policy, rate_limit_per_s)
-    wait = max(gap, min(_finite_or(retry_after, 0.0), policy.max_retry_after_s))
-    return _finite_or(done_at, 0.0) + wait
+    origin = min(start, _finite_or(answered_at, start))
+    return max(start + gap, origin + min(_finite_or(retry_after, 0.0), policy.max_retry_after_s))

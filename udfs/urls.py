@@ -5,8 +5,8 @@ punycode, IPv4/IPv6 host parsing, default ports, dot segments, percent-encoding 
 encoded). On the parsed URL we then apply the safe RFC 3986 §6.2.2 rules and the crawler's own
 equivalences (decision 0101): unreserved escapes decoded, other escapes in upper case, stray `%`
 and characters RFC 3986 does not allow escaped, fragment dropped, empty query and trailing host
-dot removed, repeated slashes merged, tracking and session-id parameters stripped, query pairs
-sorted by name. Anything not fetchable over http(s) normalises to None; nothing here raises on a
+dot removed, userinfo dropped, repeated slashes merged, tracking and session-id parameters stripped,
+query pairs sorted by name. Anything not fetchable over http(s) normalises to None; nothing here raises on a
 hostile input.
 """
 from __future__ import annotations
@@ -197,11 +197,15 @@ def _normalize_full(url: str, base: str | None, policy: UrlPolicy) -> str | None
         parsed = _parse(policy.default_scheme + "://" + url.lstrip(), None)
     if parsed is None:
         return None
-    href, host_start, host_end, path_start, search, hash_, host_type = parsed
+    href, scheme_end, host_start, host_end, path_start, search, hash_, host_type = parsed
     authority, port = href[:host_end], href[host_end:path_start]
+    if href[host_start:host_start + 1] == "@":
+        # Userinfo (`user:pw@`) is dropped: sent, it would be Basic auth; kept, archived and published.
+        authority = href[:scheme_end] + "//" + href[host_start + 1:host_end]
+        host_start = scheme_end + 2
     if authority.endswith("."):  # the DNS root label: "example.org." names "example.org"
         authority = authority[:-1]
-    if host_type == _DOMAIN_HOST and not _valid_dns_name(authority[host_start:].lstrip("@")):
+    if host_type == _DOMAIN_HOST and not _valid_dns_name(authority[host_start:]):
         return None
     end = hash_ if hash_ != _OMITTED else len(href)
     if search != _OMITTED:
@@ -224,7 +228,7 @@ def _normalize_full(url: str, base: str | None, policy: UrlPolicy) -> str | None
     return out if len(out) <= policy.max_length else None
 
 
-def _parse(url: str, base: str | None) -> tuple[str, int, int, int, int, int, int] | None:
+def _parse(url: str, base: str | None) -> tuple[str, int, int, int, int, int, int, int] | None:
     """WHATWG-parse `url` (against `base`); the href and component offsets if http(s), else None."""
     raw = _utf8(url)
     if base is None:
@@ -242,7 +246,7 @@ def _parse(url: str, base: str | None) -> tuple[str, int, int, int, int, int, in
         data = lib.ada_get_href(obj)
         href = ffi.unpack(data.data, data.length).decode("ascii")
         c = lib.ada_get_components(obj)
-        return (href, c.host_start, c.host_end, c.pathname_start, c.search_start, c.hash_start,
+        return (href, c.protocol_end, c.host_start, c.host_end, c.pathname_start, c.search_start, c.hash_start,
                 lib.ada_get_host_type(obj))
     finally:
         lib.ada_free(obj)

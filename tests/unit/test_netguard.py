@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.netguard import CATEGORIES, PUBLIC, FetchPolicy, address_category, classify_address, parse_cidrs
+from udfs.netguard import (CATEGORIES, PUBLIC, FetchPolicy, address_category, classify_address, classify_host_name,
+                           parse_cidrs)
 
 # (address, category) — one or more rows per category of the IANA special-purpose registries.
 CATEGORY_TABLE = [
@@ -34,6 +35,10 @@ CATEGORY_TABLE = [
     ("169.254.169.254", "metadata"),
     ("100.100.100.200", "metadata"),
     ("fd00:ec2::254", "metadata"),
+    ("168.63.129.16", "metadata"),     # Azure WireServer: a public address, refused all the same
+    ("192.0.0.192", "metadata"),       # Oracle Cloud, inside the IETF protocol block
+    ("169.254.170.2", "metadata"),     # AWS ECS task credentials
+    ("fd20:ce::254", "metadata"),      # GCP over IPv6
     ("224.0.0.1", "multicast"),
     ("239.255.255.250", "multicast"),
     ("ff02::1", "multicast"),
@@ -108,7 +113,10 @@ def test_deny_wins_even_when_the_same_range_is_allowed() -> None:
     assert not classify_address("127.0.0.1", allow=same, deny=same).allowed
 
 
-@pytest.mark.parametrize("address", ["169.254.169.254", "fd00:ec2::254", "100.100.100.200"])
+@pytest.mark.parametrize("address", ["169.254.169.254", "fd00:ec2::254", "100.100.100.200", "168.63.129.16",
+                                     "192.0.0.192", "169.254.170.2", "169.254.170.23", "169.254.0.23",
+                                     "fd00:ec2::23", "fd20:ce::254",
+                                     "::ffff:168.63.129.16", "64:ff9b::a9fe:a9fe", "2002:a9fe:a9fe::1"])
 def test_metadata_addresses_are_never_readmitted_by_an_allow_range(address: str) -> None:
     everything = parse_cidrs(("0.0.0.0/0", "::/0"), "allow")
     verdict = classify_address(address, allow=everything)
@@ -143,3 +151,16 @@ def test_every_ipv4_mapped_address_is_refused_by_default(address: ipaddress.IPv4
 def test_policy_classify_uses_its_ranges() -> None:
     policy = FetchPolicy(allow_cidrs=("127.0.0.0/8",), deny_cidrs=("127.0.0.64/26",))
     assert policy.classify("127.0.0.2").allowed and not policy.classify("127.0.0.66").allowed
+
+
+@pytest.mark.parametrize("name", ["metadata.google.internal", "METADATA.Google.Internal.", "metadata.goog",
+                                  "metadata", "instance-data", "instance-data.ec2.internal",
+                                  "metadata.tencentyun.com"])
+def test_cloud_metadata_host_names_are_refused_before_resolution(name: str) -> None:
+    verdict = classify_host_name(name)
+    assert not verdict.allowed and verdict.category == "metadata"
+
+
+@pytest.mark.parametrize("name", ["example.com", "metadata.example.com", "google.internal", "my-metadata"])
+def test_other_host_names_wait_for_their_addresses(name: str) -> None:
+    assert classify_host_name(name).allowed

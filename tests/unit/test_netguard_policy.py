@@ -13,12 +13,13 @@ from udfs.fetch_status import (
     MAX_RETRY_AFTER_S,
     CappedDecoder,
     UnsupportedEncoding,
+    brotli_window,
     fetch_result,
     is_complete_page,
     redirect_target,
     retry_after_seconds,
 )
-from udfs.netguard import FetchPolicy
+from udfs.netguard import FetchPolicy, parse_nameserver
 from udfs.records import FetchRequest, FetchStatus
 
 
@@ -45,10 +46,50 @@ def test_defaults_are_the_documented_limits() -> None:
     ({"allow_cidrs": ("127.0.0.1/8",)}, "allow_cidrs: '127.0.0.1/8' is not a CIDR range"),
     ({"deny_cidrs": ("nonsense",)}, "deny_cidrs"),
     ({"host_map": ("broken-line",)}, "line 1"),
+    ({"max_decoded_html_bytes": 0}, "max_decoded_html_bytes must be at least 1"),
+    ({"max_decoded_in_flight_bytes": 1024}, "max_decoded_in_flight_bytes"),
+    ({"decoded_budget_wait_s": -1.0}, "decoded_budget_wait_s"),
+    ({"dns_timeout_s": 0}, "dns_timeout_s must be positive"),
+    ({"dns_tries": 0}, "dns_tries"),
+    ({"dns_max_concurrent": 0}, "dns_max_concurrent must be at least 1"),
+    ({"dns_max_concurrent_per_domain": 100}, "exceeds dns_max_concurrent"),
+    ({"dns_nameservers": ("dns.example",)}, "dns_nameservers: 'dns.example'"),
+    ({"dns_nameservers": ("10.0.0.1:99999",)}, "dns_nameservers"),
+    ({"dns_nameservers": ("[::1",)}, "dns_nameservers"),
 ])
 def test_invalid_policies_are_refused_with_a_message_naming_the_problem(overrides: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("+", r"\+")):
         FetchPolicy(**overrides)
+
+
+def test_memory_and_dns_defaults_are_the_documented_ones() -> None:
+    policy = FetchPolicy()
+    assert (policy.max_decoded_bytes, policy.max_decoded_html_bytes) == (20 * 1024 * 1024, 5 * 1024 * 1024)
+    assert (policy.max_decoded_in_flight_bytes, policy.decoded_budget_wait_s) == (512 * 1024 * 1024, 1.0)
+    assert (policy.dns_nameservers, policy.dns_timeout_s, policy.dns_tries) == ((), 3.0, 2)
+    assert (policy.dns_max_concurrent, policy.dns_max_concurrent_per_domain) == (64, 4)
+
+
+@pytest.mark.parametrize("content_type, robots, cap", [
+    ("text/html; charset=utf-8", False, 5), ("application/xhtml+xml", False, 5), (None, False, 5), ("", False, 5),
+    ("application/xml", False, 20), ("text/plain", False, 20), ("application/gzip", False, 20),
+    ("text/html", True, 0.5),
+])
+def test_html_gets_the_smaller_decoded_cap(content_type: str | None, robots: bool, cap: float) -> None:
+    assert FetchPolicy().decoded_cap(content_type, robots) == int(cap * 1024 * 1024)
+
+
+def test_no_decoded_cap_exceeds_the_general_one() -> None:
+    policy = FetchPolicy(max_decoded_bytes=300 * 1024, max_decoded_html_bytes=4 * 1024 * 1024)
+    assert policy.decoded_cap("text/html") == policy.decoded_cap(None, robots=True) == 300 * 1024
+
+
+@pytest.mark.parametrize("server, parsed", [
+    ("10.0.0.1", ("10.0.0.1", 53)), ("127.0.0.53:5353", ("127.0.0.53", 5353)), ("::1", ("::1", 53)),
+    ("[2001:db8::1]:5353", ("2001:db8::1", 5353)), ("[::1]", ("::1", 53)), (" 10.0.0.2 ", ("10.0.0.2", 53)),
+])
+def test_nameservers_are_ip_or_ip_and_port(server: str, parsed: tuple[str, int]) -> None:
+    assert parse_nameserver(server) == parsed
 
 
 def test_config_section_builds_the_policy_and_rejects_unknown_keys() -> None:
@@ -126,6 +167,43 @@ def test_raw_deflate_without_zlib_wrapper_is_accepted() -> None:
 
 def test_concatenated_gzip_members_are_all_decoded() -> None:
     assert _feed(CappedDecoder("gzip", 100), gzip.compress(b"abc") + gzip.compress(b"def")) == b"abcdef"
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "br", "identity"])
+@pytest.mark.parametrize("max_out", [1, 1000, 65536])
+def test_decoder_gives_its_output_in_slices_of_the_room_asked(encoding: str, max_out: int) -> None:
+    """Output that does not fit stays inside (`pending`) and comes at the next feed, with or without
+    new input: a caller can decode in slices its memory budget has room for."""
+    decoder = CappedDecoder(encoding, 10 * len(PAYLOAD))
+    wire, out, largest = _encoded(encoding, PAYLOAD), bytearray(), 0
+    for i in range(0, len(wire), 4096):
+        piece = decoder.feed(wire[i:i + 4096], max_out)
+        while True:
+            largest = max(largest, len(piece))
+            out += piece
+            if not decoder.pending:
+                break
+            piece = decoder.feed(b"", max_out)
+    assert bytes(out) == PAYLOAD and largest <= max_out
+
+
+def test_a_brotli_bomb_decoded_in_slices_stops_at_the_cap() -> None:
+    decoder = CappedDecoder("br", 3 * 1024 * 1024)
+    bomb, total, calls = brotli.compress(b"\0" * (50 * 1024 * 1024)), 0, 0
+    piece = decoder.feed(bomb, 256 * 1024)
+    while True:
+        assert len(piece) <= 256 * 1024
+        total, calls = total + len(piece), calls + 1
+        if not decoder.pending:
+            break
+        piece = decoder.feed(b"", 256 * 1024)
+    assert decoder.over_limit and total == 3 * 1024 * 1024 and calls >= 12
+
+
+@pytest.mark.parametrize("lgwin", [10, 16, 17, 18, 22, 24])
+def test_the_brotli_window_is_read_from_the_streams_first_byte(lgwin: int) -> None:
+    stream = brotli.compress(PAYLOAD, lgwin=lgwin)
+    assert brotli_window(stream[0]) == (1 << lgwin) - 16
 
 
 def test_gzip_bomb_yields_at_most_the_cap() -> None:

@@ -134,3 +134,62 @@ def test_backoff_stays_within_zero_and_cap(backoff, health):
 def test_gap_is_monotone_in_backoff(crawl_delay, fetch_s, low, high):
     low, high = sorted((low, high))
     assert fetch_gap(crawl_delay, fetch_s, low) <= fetch_gap(crawl_delay, fetch_s, high)
+
+
+# --- Retry-After counts from the answer's arrival ------------------------------------------------
+
+def test_retry_after_counts_from_the_answer_not_from_when_the_outcome_is_read():
+    # The answer arrived at 1000; the frontier reads the outcome 0.83 s later.
+    assert next_allowed_at(1000.83, None, 0.0, 0.0, retry_after=6.0, answered_at=1000.0) == pytest.approx(1006.0)
+    # The gap still counts from when the outcome is read (it spaces the frontier's own releases).
+    assert next_allowed_at(1000.83, 5.0, 0.0, 0.0, retry_after=2.0, answered_at=1000.0) == pytest.approx(1005.83)
+
+
+@pytest.mark.parametrize("answered_at", [2000.0, math.nan, math.inf, -5.0, None])
+def test_an_answer_time_after_the_read_or_unusable_counts_from_the_read(answered_at):
+    assert next_allowed_at(1000.0, None, 0.0, 0.0, retry_after=6.0, answered_at=answered_at) == pytest.approx(1006.0)
+
+
+@settings(max_examples=250, deadline=None)
+@given(retry_after=anything, answered=finite, lag=finite)
+def test_retry_after_is_waited_in_full_from_the_answer_and_no_longer(retry_after, answered, lag):
+    read = answered + lag
+    at = next_allowed_at(read, None, 0.0, 0.0, retry_after, P, answered_at=answered)
+    asked = min(retry_after, P.max_retry_after_s) if retry_after is not None and 0 <= retry_after < math.inf else 0.0
+    assert at >= answered + asked - 1e-6 and at >= read + fetch_gap(None, 0.0, 0.0, P) - 1e-6
+    assert at <= max(answered + asked, read + fetch_gap(None, 0.0, 0.0, P)) + 1e-6
+
+
+def _tdmrep_lease(now: float):
+    from udfs import frontier_logic as fl
+    item = fl.QueueItem("http://h.test/a", 1)
+    state, _ = fl.admit(fl.HostState(), item, None, None, now)
+    state, robots = fl.lease_robots(state, "h.test", 1, now)
+    state, _ = fl.on_robots(state, {"lease_id": robots["lease_id"], "fetch_status": "ok", "http_status": 404,
+                                    "body_b64": ""}, None, now)
+    state, request = fl.lease_tdmrep(state, "h.test", 2, None, now + 1.0)
+    return state, request
+
+
+@pytest.mark.parametrize("kind", ["tdmrep", "completion"])
+def test_a_429_with_retry_after_paces_its_host_from_the_answer(kind):
+    """The issue's case: 429 with `Retry-After: 6` on tdmrep.json, the outcome read 0.83 s after the
+    answer; the host's next request may go 6 s after the answer, not 5.83 (the backoff) nor 6.83."""
+    from udfs import frontier_logic as fl
+    answered = 1000.0
+    if kind == "tdmrep":
+        state, request = _tdmrep_lease(answered - 5.0)
+        event = {"lease_id": request["lease_id"], "fetch_status": "ok", "http_status": 429, "retry_after": 6.0,
+                 "fetched_at": answered, "fetch_ms": 3.0, "body_b64": ""}
+        state, outcome = fl.on_tdmrep(state, event, answered + 0.83)
+    else:
+        item = fl.QueueItem("http://h.test/a", 1)
+        state, _ = fl.admit(fl.HostState(robots=fl.Robots.ALLOW_ALL, robots_expires_at=answered + 1e6), item,
+                            None, None, answered - 5.0)
+        state, _ = fl.pop(state)
+        state, request, _ = fl.lease_page(state, item, None, "h.test", answered - 1.0)
+        event = {"lease_id": request["lease_id"], "fp": 1, "fetch_status": "ok", "http_status": 429,
+                 "retry_after": 6.0, "done_at": answered, "fetch_ms": 3.0}
+        state, outcome = fl.on_completion(state, event, answered + 0.83)
+    assert outcome.matched
+    assert state.next_allowed_at == pytest.approx(answered + 6.0)

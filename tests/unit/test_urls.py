@@ -154,6 +154,21 @@ def test_hosts_are_canonical(url: str, expected: str) -> None:
     assert normalize_url(url) == expected
 
 
+@pytest.mark.parametrize(("url", "base", "expected"), [
+    ("http://user:pw@ex.com/a", None, "http://ex.com/a"),
+    ("https://user@Ex.com:8443/a?b=1", None, "https://ex.com:8443/a?b=1"),
+    ("http://:pw@ex.com", None, "http://ex.com/"),
+    ("http://a%40b:c%3Ad@ex.com./x", None, "http://ex.com/x"),
+    ("http://u:p@[::1]:81/x", None, "http://[::1]:81/x"),
+    ("http://u:p@10.0.0.1/", None, "http://10.0.0.1/"),
+    ("/next", "http://u:p@ex.com/a", "http://ex.com/next"),
+    ("//u:p@ex.org/b", "https://ex.com/", "https://ex.org/b"),
+    ("http://ex.com/a@b?c=d@e", None, "http://ex.com/a@b?c=d@e"),   # an `@` after the host is no userinfo
+])
+def test_userinfo_is_dropped(url: str, base: str | None, expected: str) -> None:
+    assert normalize_url(url, base) == expected
+
+
 @pytest.mark.parametrize("value", [None, b"http://ex.com/", 42, "http://ex.com/\ud800", "\x00" * 10])
 def test_never_raises_on_hostile_values(value: object) -> None:
     result = normalize_url(value)  # type: ignore[arg-type]
