@@ -6,51 +6,62 @@ input, keyed like the pages, and each page waits for its own (decision 1616).
 For each ParsedBundle it appends a response + request record pair (one gzip member each, built by
 `udfs.warc`; as the dedup verdict says, a revisit instead of the response for an exact duplicate and
 a metadata record for a near-duplicate: decisions 1300-1301) to `crawl/{date}/{subtask}/{seq}.warc.gz`
-under the WARC root (CDXJ lines beside it in `{seq}.cdxj`), flushes and fsyncs (one fsync for the
-captures of `warc.group_commit_ms`, decision 1832), and only then emits (invariant 5: every published
-page points at a durable record):
+under the WARC root (CDXJ lines beside it in `{seq}.cdxj`), fsyncs them (by default at once; with
+`warc.group_commit_ms` one fsync for the captures of that interval, decision 1832), and only then
+emits (invariant 5: every published page points at a durable record):
 - a `Completion` for the page's frontier (always, whatever happened),
 - a `ParsedPage` on pages.parsed (200 pages not marked noindex) with warc_path/offset/length,
 - one `DiscoveredBatch` per target host of its followable links (+ redirect/refresh targets), depth+1.
-Files roll at a size or age limit (checked when a record arrives); a restarted writer never appends
-to an existing file, it starts the next sequence number. Before it does, it repairs what a writer
-killed mid-file left behind (decision 1600): the last file of each folder it owns is cut back to its
-last complete, indexed capture (a torn gzip member or an unindexed capture goes, with any index line
-past the cut); synced captures stay, since their events may already be published. Captures that still
-waited for their group's fsync were flushed to the OS when written (decision 1832): a killed process
+A capture whose events must wait (a group fsync, an upload) is held as a row in keyed state with a
+processing-time timer that asks again whether it is durable (decision 3780): checkpoints and
+savepoints carry it, and the restored job releases it after checking the capture is still whole
+where it was written. A capture that cannot be written (disk full) or did not survive (cut from its
+file after a machine crash, its staged file gone) ends with its discoveries and a completion of fetch
+status `not_archived` and is never published: the frontier fetches it again (decision 3781).
+Files roll at a size or age limit (checked at every element and timer); a restarted writer never
+appends to an existing file, it starts the next sequence number. Before it does, it repairs what a
+writer killed mid-file left behind (decision 1600): the last file of each folder it owns is cut back
+to its last complete, indexed capture (a torn gzip member or an unindexed capture goes, with any index
+line past the cut); synced captures stay, since their events may already be published. Captures that
+still waited for their group's fsync were written to the OS at once (decision 1832): a killed process
 leaves them complete, and a machine crash leaves what the disk kept, cut the same way.
 
 With an `s3://bucket/prefix` root (decision 0504) files are written to `[storage] staging_dir`, rolled
 at its smaller limits and uploaded whole on roll; a capture is durable only once its file is uploaded,
-so the events of the open file's captures are held until then (published warc_path = the s3:// URL).
-The roll is checked when an element arrives: an idle writer holds its events until the next one.
-After a crash, staged files never uploaded are deleted (no event names them) and an upload cut
-between the WARC file and its index is finished.
+so its events are held until then (published warc_path = the s3:// URL). A failed upload leaves the
+file staged and is tried again with a bounded exponential backoff while the job runs on; staged files
+are deleted only once stored, and a restarted writer uploads those an earlier run left (decision 3782).
 """
 from __future__ import annotations
 
 import dataclasses
+import errno
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import time
+import uuid
 import zlib
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO
 
 from pyflink.common import Types
 from pyflink.datastream.functions import KeyedCoProcessFunction, RuntimeContext
+from pyflink.datastream.state import ListStateDescriptor
 
 from crawler.durable import fsync_path
 from operators.cpu import register_worker_cpu
 from operators.dedup import Probe, join_key, needs_dedup, unpaired_verdict
 from operators.heap import freeze_startup_heap, thaw_heap
-from operators.object_store import ObjectStore
-from operators.parse import ParsedBundle, payload_length
+from operators.object_store import ObjectStore, UploadError
+from udfs.page_facts import ParsedBundle, payload_length
+from udfs import compact_json
 from udfs.dedup import DedupPolicy, DedupVerdict, metadata_fields
 from udfs.canonical import HINT, CanonicalVerdict, judge_canonical
 from udfs.fetch_status import (header_value, is_archived, is_complete_page, is_not_modified, redirect_target,
@@ -63,7 +74,7 @@ from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
 from udfs.verdict_join import VerdictJoin
 from udfs.warc import (CT_WARC_FIELDS, PackedBlock, RevisitTarget, WarcBuilder, WarcPolicy, WarcRecord, cdxj_line,
-                       indexed_by_default)
+                       indexed_by_default, member_record_id)
 
 # Discovered URL priorities (0 highest .. 9): a redirect target is the content the seed meant.
 PRIORITY_REDIRECT = 4
@@ -102,54 +113,109 @@ class Location:
     length: int
 
 
+class CaptureNotWritten(Exception):
+    """A capture's records could not be written (a full disk, an I/O error, or the object store out of
+    reach when a new file needs its sequence number): nothing of it is left in the file, and the
+    writer ends its fetch as not archived (decision 3781)."""
+
+
+# How far a capture written earlier has got (decision 3780).
+DURABLE = "durable"   # its records survive a crash: its events may go out
+PENDING = "pending"   # not yet (the next sync, its file's upload): ask again later
+LOST = "lost"         # it will never be durable: its page must be fetched again
+
+
+@dataclasses.dataclass
+class _FileState:
+    """What this run of a writer knows of one file it wrote: bytes that may still become durable,
+    bytes that are, and whether it is finished (no byte past `durable` ever will be)."""
+
+    relative: str
+    written: int = 0
+    durable: int = 0
+    final: bool = False
+
+
 class WarcFiles:
     """Appends gzip members to rolling files `crawl/{date}/{subtask}/{seq}.warc.gz` under `root`.
 
     Beside each file, `{seq}.cdxj` indexes its records in file order (decision 0503 lines, `filename`
     relative to `root`); it is synced with the WARC file. Sort the lines when merging indexes.
+    A capture's records and index lines go to the OS in one write each, unbuffered: a write that fails
+    (disk full) is cut back off both files and raises `CaptureNotWritten`; the file stays usable.
+    A failed fsync cuts the file back to its last sync and closes it (the page cache of what it did
+    not sync may be gone, decision 3781).
 
-    With a `store`, `root` is the local staging directory: a finished file and its index are uploaded
-    under the store's prefix (same relative path), then deleted locally; locations name the s3:// URL.
+    With a `store`, `root` is the local staging directory: a finished file is fsynced and queued for
+    upload; `pump` uploads the queue (file, then index) and deletes the staged copies once stored. A
+    failed upload leaves the queue as it is and is tried again after a bounded exponential backoff
+    (`StoragePolicy.upload_retry_s`, decision 3782); locations name the s3:// URL.
     """
+
+    KNOWN_FILES = 1000   # files of this run whose state is kept; an older one is checked on disk
 
     def __init__(self, root: str, subtask: int, builder: WarcBuilder, settings: WarcFileSettings = WarcFileSettings(),
                  clock: Callable[[], float] = time.time, crawl_fields: tuple[tuple[str, str], ...] = (),
                  store: ObjectStore | None = None) -> None:
         self._root = root
         self._store = store
-        # Set when an upload failed: the held events of that file must never be released, so stop here.
-        self._failed: Exception | None = None
         self._subtask = subtask
         self._builder = builder
         self._settings = settings
         self._clock = clock
         self._crawl_fields = crawl_fields
+        # Names this run in the rows of held captures: a row of another run is checked on disk or in the store.
+        self.run = uuid.uuid4().hex[:12]
         self._file: BinaryIO | None = None
-        self._index: TextIO | None = None
+        self._index: BinaryIO | None = None
         self._path = ""
         self._relative = ""
         self._opened_at = 0.0
         self._date = ""
         self._warcinfo_id: str | None = None
-        self.syncs = 0   # how many times the files were synced: a record appended before a rise is durable
+        self._size = self._index_size = 0          # bytes in the open file and its index
+        self._synced = (0, 0)                      # ... at their last sync
+        self._known: OrderedDict[str, _FileState] = OrderedDict()
+        self._checked: OrderedDict[str, frozenset[tuple[int, int]]] = OrderedDict()   # other runs' files, checked
+        self._backlog: list[tuple[str, bool]] = []   # staged files to upload: (relative path, left by a crash)
+        self._next_seq: dict[str, int] = {}          # with a store: the next sequence number per folder
+        self._failures_in_row = 0
+        self._retry_at = 0.0
+        self.syncs = 0             # how many times the files were synced
+        self.write_failures = 0    # appends and syncs that failed (disk full, I/O error)
+        self.upload_failures = 0   # upload tries that failed
 
     def append(self, build: Callable[[str | None], list[WarcRecord]], sync: bool = True) -> list[Location]:
-        """Write the records `build(warcinfo_id)` returns (rolling first if due); durable when this returns,
-        or with `sync=False` once `syncs` rises (group commit, decision 1832), or with a store once their
-        file is uploaded (`open_path` moves on).
+        """Write the records `build(warcinfo_id)` returns (rolling first if due); with `sync`, fsync them.
+        Whether they are durable is `status`'s answer: at once when synced (unless the fsync failed),
+        later with `sync=False` (group commit, decision 1832) or with a store (the upload).
 
-        `build` runs after any roll so records name the warcinfo of the file they land in.
+        `build` runs after any roll so records name the warcinfo of the file they land in. Raises
+        `CaptureNotWritten` when the records could not be written; nothing of them stays.
         """
-        self._check_usable()
         self._roll_if_due()
-        assert self._file is not None
-        locations = [self._write(record) for record in build(self._warcinfo_id)]
+        assert self._file is not None and self._index is not None
+        level = self._builder.policy.gzip_level
+        members, lines, locations = [], [], []
+        offset = self._size
+        for record in build(self._warcinfo_id):
+            member = record.to_gzip(level)
+            if indexed_by_default(record.info):
+                lines.append(cdxj_line(record.info, self._relative, offset, len(member)) + "\n")
+            locations.append(Location(self._path, offset, len(member)))
+            members.append(member)
+            offset += len(member)
+        index_bytes = "".join(lines).encode("utf-8")
+        try:
+            _write_all(self._file, b"".join(members))
+            _write_all(self._index, index_bytes)
+        except OSError as exc:
+            self._cut_failed_append()
+            raise CaptureNotWritten(f"{self._path}: {exc}") from exc
+        self._size, self._index_size = offset, self._index_size + len(index_bytes)
+        self._known[self._path].written = self._size
         if locations and sync:
             self._sync()
-        elif locations:
-            # Out of the process at once even unsynced: a writer that dies (or is cancelled) later must
-            # not flush old records behind a file its successor has already repaired.
-            self._flush()
         return locations
 
     def sync(self) -> None:
@@ -162,64 +228,169 @@ class WarcFiles:
         """The published path of the file records are appended to now, or None between files."""
         return self._path if self._file is not None else None
 
+    @property
+    def backlog_files(self) -> int:
+        """Finished files waiting for their upload (with a store)."""
+        return len(self._backlog)
+
     def close(self) -> None:
-        """Flush, fsync and close the current file; with a store, upload it and its index, then delete them."""
-        if self._file is not None and self._index is not None:
-            self._sync()
-            self._file.close()
-            self._index.close()
-            self._file = self._index = None
-            if self._store is not None:
-                try:
-                    self._upload()
-                except Exception as exc:
-                    self._failed = exc
-                    raise
+        """Finish the current file: fsync and close it (with a store also when staged, so the queue of
+        uploads survives a crash) and, with a store, queue it and try the queue once."""
+        if self._file is None:
+            return
+        self._sync(force=self._store is not None)
+        if self._file is None:
+            return   # the sync failed and gave the file up
+        self._close_handles()
+        if self._store is None:
+            self._known[self._path].final = True
+        else:
+            self._backlog.append((self._relative, False))
+            self.pump()
 
     def finish_if_due(self) -> bool:
-        """Close (with a store: upload) the current file if it reached its size, age or date limit."""
-        self._check_usable()
+        """Close (with a store: queue for upload) the current file if it reached its size, age or date limit."""
         return self._finish_if_due(self._clock())
+
+    def pump(self) -> None:
+        """With a store: upload the queued files in order, unless the last try failed less than its
+        backoff ago. Never raises: a failure is counted, logged and tried again later."""
+        if not self._backlog or self._clock() < self._retry_at:
+            return
+        while self._backlog:
+            relative, recovered = self._backlog[0]
+            try:
+                self._upload(relative, recovered, retry=self._failures_in_row == 0)
+            except FileNotFoundError as exc:
+                # Someone removed the staged file: nothing is left to upload, its captures are lost.
+                logging.getLogger(__name__).error("warc writer %d: staged file gone, not uploaded: %s",
+                                                  self._subtask, exc)
+                state = self._known.get(self._store.root.url(relative))   # type: ignore[union-attr]
+                if state is not None:
+                    state.final = True
+            except (UploadError, OSError) as exc:
+                wait = self._failed_try()
+                logging.getLogger(__name__).warning(
+                    "warc writer %d: upload failed (%d in a row, %d file(s) waiting), next try in %.1f s: %s",
+                    self._subtask, self._failures_in_row, len(self._backlog), wait, exc)
+                return
+            else:
+                self._failures_in_row = 0
+            self._backlog.pop(0)
+
+    def _failed_try(self) -> float:
+        """Count a request to the store that failed and start (or lengthen) the backoff; its length."""
+        assert self._store is not None
+        self.upload_failures += 1
+        self._failures_in_row += 1
+        wait = self._store.policy.upload_retry_s(self._failures_in_row)
+        self._retry_at = self._clock() + wait
+        return wait
+
+    def status(self, where: Location, run: str) -> str:
+        """DURABLE, PENDING or LOST for records this run wrote at `where` (nothing is done to settle it);
+        PENDING too for a location of another run or an older file: `settle` checks those."""
+        state = self._known.get(where.path) if run == self.run else None
+        if state is None:
+            return PENDING
+        end = where.offset + where.length
+        if end <= state.durable:
+            return DURABLE
+        return LOST if state.final or end > state.written else PENDING
+
+    def settle(self, where: Location, record_id: str, run: str) -> tuple[str, float]:
+        """Bring the capture at `where` (its first record `record_id`, written by `run`) as far as it can
+        go now: sync it, roll and upload its file if due, or, for another run's capture (after a
+        restore), check it is whole where it was written. Returns its status and, when PENDING, the
+        seconds after which to ask again."""
+        if run != self.run or where.path not in self._known:
+            return self._check_earlier(where, record_id)
+        status = self.status(where, run)
+        if status == PENDING:
+            if self._store is None:
+                self.sync()   # local records are durable once synced
+            else:
+                self.finish_if_due()
+                self.pump()
+            status = self.status(where, run)
+        return status, self.pending_wait(where.path) if status == PENDING else 0.0
 
     def recover(self, parallelism: int) -> list[str]:
         """Clean up after writers that stopped without closing their file (decision 1600); call it
         before the first `append`. This writer (subtask i of `parallelism`) owns the subtask folders
         j with j % parallelism == i, so after a rescale every old folder still has one owner.
 
-        Local root: the last file of each owned folder is cut back to its synced prefix (`repair_file`).
-        With a store: staged files left in the owned folders are deleted, after finishing the upload
-        of an index whose WARC file is already stored. Returns what it changed, one line each.
+        The last file of each owned folder is cut back to its whole, indexed captures (`repair_file`).
+        With a store, every staged file left in the owned folders is then queued for upload, never
+        deleted (a held capture may name it, decision 3782); `pump` finishes an upload a crash cut.
+        Returns what it changed, one line each.
         """
         done: list[str] = []
         for folder in owned_folders(Path(self._root), self._subtask, parallelism):
-            if self._store is None:
-                repair = repair_file(folder)
-                if repair is not None:
-                    done.append(str(repair))
-            else:
-                done += self._drop_staged(folder)
+            repair = repair_file(folder)
+            if repair is not None:
+                done.append(str(repair))
+            if self._store is not None:
+                for warc in sorted(folder.glob("*.warc.gz")):
+                    self._backlog.append((warc.relative_to(self._root).as_posix(), True))
+                    done.append(f"{warc}: staged by an earlier run, queued for upload")
         return done
 
-    def _drop_staged(self, folder: Path) -> list[str]:
+    def _check_earlier(self, where: Location, record_id: str) -> tuple[str, float]:
+        """The status of a capture this run did not write (or no longer remembers), read back from
+        where it was written: whole, with its record id, indexed (local: then synced) or in the store."""
+        end = where.offset + where.length
+        if self._store is None:
+            try:
+                with open(where.path, "rb") as handle:
+                    handle.seek(where.offset)
+                    member = handle.read(where.length)
+                indexed = self._index_spans(where.path)
+            except OSError:
+                return LOST, 0.0
+            if member_record_id(member) != record_id or (where.offset, where.length) not in indexed:
+                return LOST, 0.0
+            return DURABLE, 0.0
+        relative = self._store.root.relative_of(where.path)
+        if relative is None:
+            return LOST, 0.0
+        if (Path(self._root) / relative).is_file():
+            return PENDING, self._backoff_wait()   # its folder's owner uploads it
+        if self._clock() < self._retry_at:
+            return PENDING, self._backoff_wait()
+        try:
+            size = self._store.size(relative, retry=False)
+            member = self._store.read(relative, where.offset, where.length, retry=False) if (size or 0) >= end else b""
+        except UploadError as exc:
+            logging.getLogger(__name__).warning("warc writer %d: store out of reach: %s", self._subtask, exc)
+            return PENDING, self._store.policy.upload_retry_initial_s
+        return (DURABLE if member and member_record_id(member) == record_id else LOST), 0.0
+
+    def _index_spans(self, path: str) -> frozenset[tuple[int, int]]:
+        """(offset, length) of every line of an earlier run's file's index, read (and the pair fsynced:
+        the run that wrote it may have been killed before its sync) once per file."""
+        spans = self._checked.get(path)
+        if spans is None:
+            index = path[:-len(".warc.gz")] + ".cdxj"
+            raw = Path(index).read_bytes()
+            spans = frozenset(span for line in raw.split(b"\n")[:-1] if (span := _index_span(line)) is not None)
+            fsync_path(path)
+            fsync_path(index)
+            self._checked[path] = spans
+            while len(self._checked) > self.KNOWN_FILES:
+                self._checked.popitem(last=False)
+        return spans
+
+    def pending_wait(self, path: str) -> float:
+        """Seconds until a pending capture in `path` may be durable: its file's age limit while open,
+        else the upload backoff."""
+        if path == self.open_path:
+            return max(0.0, self._opened_at + self._settings.max_file_age_s - self._clock())
+        return self._backoff_wait()
+
+    def _backoff_wait(self) -> float:
         assert self._store is not None
-        relative_folder = folder.relative_to(self._root).as_posix()
-        stored = set(self._store.names(relative_folder))
-        done = []
-        for warc in sorted(folder.glob("*.warc.gz")):
-            index = warc.with_name(warc.name.replace(".warc.gz", ".cdxj"))
-            if warc.name in stored:
-                if index.name not in stored and index.is_file():
-                    self._store.upload(index, f"{relative_folder}/{index.name}")
-                done.append(f"{warc}: already stored, staged copy deleted")
-            else:
-                done.append(f"{warc}: never uploaded, discarded (its events were held, none was published)")
-            warc.unlink()
-            index.unlink(missing_ok=True)
-        return done
-
-    def _check_usable(self) -> None:
-        if self._failed is not None:
-            raise RuntimeError(f"an earlier upload failed ({self._failed}); this writer cannot go on") from self._failed
+        return max(self._retry_at - self._clock(), self._store.policy.upload_retry_initial_s)
 
     def _roll_if_due(self) -> None:
         now = self._clock()
@@ -228,7 +399,7 @@ class WarcFiles:
             self._open(_utc_date(now), now)
 
     def _finish_if_due(self, now: float) -> bool:
-        if self._file is not None and (self._file.tell() >= self._settings.max_file_bytes
+        if self._file is not None and (self._size >= self._settings.max_file_bytes
                                        or now - self._opened_at >= self._settings.max_file_age_s
                                        or _utc_date(now) != self._date):
             self.close()
@@ -238,57 +409,141 @@ class WarcFiles:
     def _open(self, date: str, now: float) -> None:
         relative_folder = f"crawl/{date}/{self._subtask}"
         folder = Path(self._root) / relative_folder
-        folder.mkdir(parents=True, exist_ok=True)
-        names = [p.name for p in folder.iterdir()]
-        if self._store is not None:
-            # Staged files are deleted once uploaded: the store knows the numbers already used.
-            names += self._store.names(relative_folder)
-        taken = [int(m.group(1)) for m in map(_SEQ_NAME.match, names) if m]
-        name = f"{max(taken, default=-1) + 1:05d}.warc.gz"
-        # "x": never append to (or overwrite) a file an earlier run may have left half-written.
-        self._file = open(folder / name, "xb")
-        self._index = open(folder / name.replace(".warc.gz", ".cdxj"), "x", encoding="utf-8")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            name = f"{self._take_seq(folder, relative_folder):05d}.warc.gz"
+            # "x": never append to (or overwrite) a file an earlier run may have left half-written.
+            self._file = open(folder / name, "xb", buffering=0)
+            self._index = open(folder / name.replace(".warc.gz", ".cdxj"), "xb", buffering=0)
+        except (OSError, UploadError) as exc:
+            self._close_handles()
+            raise CaptureNotWritten(f"no new WARC file in {folder}: {exc}") from exc
         self._relative = f"{relative_folder}/{name}"
         self._path = str(folder / name) if self._store is None else self._store.root.url(self._relative)
         self._opened_at, self._date = now, date
-        fsync_path(folder)
+        self._size = self._index_size = 0
+        self._synced = (0, 0)
         info = self._builder.warcinfo(name, self._crawl_fields, date=now)
+        try:
+            fsync_path(folder)
+            _write_all(self._file, info.to_gzip(self._builder.policy.gzip_level))
+        except OSError as exc:
+            self._close_handles()
+            (folder / name).unlink(missing_ok=True)
+            (folder / name.replace(".warc.gz", ".cdxj")).unlink(missing_ok=True)
+            raise CaptureNotWritten(f"no new WARC file in {folder}: {exc}") from exc
         self._warcinfo_id = info.record_id
-        self._write(info)
+        self._size = self._file.tell()
+        self._known[self._path] = _FileState(self._relative, written=self._size)
+        while len(self._known) > self.KNOWN_FILES:
+            self._known.popitem(last=False)
         self._sync()
+        if self._file is None:
+            raise CaptureNotWritten(f"{self._path}: its first sync failed")
 
-    def _write(self, record: WarcRecord) -> Location:
-        assert self._file is not None
-        member = record.to_gzip(self._builder.policy.gzip_level)
-        offset = self._file.tell()
-        self._file.write(member)
-        if indexed_by_default(record.info):
-            assert self._index is not None
-            self._index.write(cdxj_line(record.info, self._relative, offset, len(member)) + "\n")
-        return Location(self._path, offset, len(member))
+    def _take_seq(self, folder: Path, relative_folder: str) -> int:
+        """The next file's sequence number: one past every name staged or stored in the folder."""
+        taken = [int(m.group(1)) for m in map(_SEQ_NAME.match, os.listdir(folder)) if m]
+        if self._store is None:
+            return max(taken, default=-1) + 1
+        if relative_folder not in self._next_seq:
+            # Staged files are deleted once uploaded: the store knows the numbers already used. This
+            # writer alone writes the folder, so one LIST per folder and run is enough.
+            if self._failures_in_row and self._clock() < self._retry_at:
+                raise UploadError("the object store failed a moment ago; its names are unknown")
+            try:
+                names = self._store.names(relative_folder, retry=self._failures_in_row == 0)
+            except UploadError:
+                self._failed_try()
+                raise
+            taken += [int(m.group(1)) for m in map(_SEQ_NAME.match, names) if m]
+            self._next_seq[relative_folder] = max(taken, default=-1) + 1
+        seq = max(self._next_seq[relative_folder], max(taken, default=-1) + 1)
+        self._next_seq[relative_folder] = seq + 1
+        return seq
 
-    def _upload(self) -> None:
+    def _upload(self, relative: str, recovered: bool, retry: bool) -> None:
         assert self._store is not None
-        warc = Path(self._root) / self._relative
+        warc = Path(self._root) / relative
         index = warc.with_name(warc.name.replace(".warc.gz", ".cdxj"))
-        # The index last: an index in the store always describes a WARC file that is there.
-        self._store.upload(warc, self._relative)
-        self._store.upload(index, self._relative.replace(".warc.gz", ".cdxj"))
+        index_relative = relative.replace(".warc.gz", ".cdxj")
+        if recovered and self._store.size(relative, retry) is not None:
+            # A crash fell after the WARC file was stored: only its index may be missing.
+            if index.is_file() and self._store.size(index_relative, retry) is None:
+                self._store.upload(index, index_relative, retry)
+        else:
+            size = warc.stat().st_size
+            # The index last: an index in the store always describes a WARC file that is there.
+            self._store.upload(warc, relative, retry)
+            if index.is_file():
+                self._store.upload(index, index_relative, retry)
+            state = self._known.get(self._store.root.url(relative))
+            if state is not None:
+                state.durable = state.written = size
+                state.final = True
         warc.unlink()
-        index.unlink()
+        index.unlink(missing_ok=True)
 
-    def _flush(self) -> None:
+    def _cut_failed_append(self) -> None:
+        """After a failed write: cut both files back to before it; if even that fails, give the file up."""
         assert self._file is not None and self._index is not None
-        self._file.flush()
-        self._index.flush()
+        self.write_failures += 1
+        try:
+            for handle, size in ((self._file, self._size), (self._index, self._index_size)):
+                os.ftruncate(handle.fileno(), size)
+                handle.seek(size)
+        except OSError:
+            self._give_up()
 
-    def _sync(self) -> None:
-        self._flush()
+    def _sync(self, force: bool = False) -> None:
         assert self._file is not None and self._index is not None
-        if self._settings.fsync:
-            os.fsync(self._file.fileno())
-            os.fsync(self._index.fileno())
+        if self._settings.fsync or force:
+            try:
+                os.fsync(self._file.fileno())
+                os.fsync(self._index.fileno())
+            except OSError as exc:
+                logging.getLogger(__name__).error("warc writer %d: fsync of %s failed, unsynced captures "
+                                                  "dropped: %s", self._subtask, self._path, exc)
+                self.write_failures += 1
+                self._size, self._index_size = self._synced
+                try:
+                    os.ftruncate(self._file.fileno(), self._size)
+                    os.ftruncate(self._index.fileno(), self._index_size)
+                except OSError:
+                    pass
+                self._give_up()
+                return
+        self._synced = (self._size, self._index_size)
+        if self._store is None:
+            self._known[self._path].durable = self._size
         self.syncs += 1
+
+    def _give_up(self) -> None:
+        """Stop writing the open file: what it holds of whole captures up to `_size` stays (staged: is
+        uploaded like any finished file); nothing past its last sync becomes durable locally."""
+        state = self._known[self._path]
+        state.written = self._size
+        self._close_handles()
+        if self._store is None:
+            state.final = True
+        else:
+            self._backlog.append((self._relative, False))
+
+    def _close_handles(self) -> None:
+        for handle in (self._file, self._index):
+            if handle is not None:
+                handle.close()
+        self._file = self._index = None
+
+
+def _write_all(handle: BinaryIO, data: bytes) -> None:
+    """Write all of `data` to an unbuffered file (a short write goes on; a failed one raises)."""
+    view = memoryview(data)
+    while view:
+        written = handle.write(view)
+        if not written:
+            raise OSError(errno.ENOSPC, "short write")
+        view = view[written:]
 
 
 def _utc_date(moment: float) -> str:
@@ -528,6 +783,7 @@ def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None
         retry_after=retry_after_seconds(headers, result["done_at"]) if status in (429, 503) else None,
         ip=result.get("ip"), capture=capture, duplicate=is_alias(bundle),
         near_duplicate=bool((bundle.get("dedup") or {}).get("near")), soft_404=is_soft_404_page(bundle),
+        **({"parse_limit": bundle["parse_limit"]} if "parse_limit" in bundle else {}),
     )
 
 
@@ -578,6 +834,8 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
     canonical = canonical_verdict(bundle)
     if canonical is not None:   # a hint weighed against dedup's finding (decision 1804)
         record["canonical"] = canonical.as_record()
+    if "parse_limit" in bundle:   # text and links are those before a parse cap (decision 3700)
+        record["parse_limit"] = bundle["parse_limit"]
     return record
 
 
@@ -692,91 +950,136 @@ def events_for(bundle: ParsedBundle, where: Location | None,
     return events
 
 
+# The fetch status of a completion whose capture could not be made durable (disk full, a capture lost
+# with a machine's page cache, a staged file gone): the fetch happened, its record did not survive, so
+# the frontier must fetch the URL again without charging the URL or its host (decision 3781).
+NOT_ARCHIVED = FetchStatus.NOT_ARCHIVED.value
+
+
+def not_archived(events: list[Event]) -> list[Event]:
+    """The events of a capture that will never be durable: no publication (it would point at nothing),
+    its discoveries as they were, and its completion with fetch status `not_archived` and no capture."""
+    out: list[Event] = []
+    for topic, key, value in events:
+        if topic == TOPIC_PAGES:
+            continue
+        if topic == TOPIC_OUTCOMES:
+            completion = compact_json.loads(value)
+            if completion.get("type") == "completion":
+                completion.update(fetch_status=NOT_ARCHIVED, capture=None)
+                value = encode(completion)
+        out.append((topic, key, value))
+    return out
+
+
+HELD_ROW_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldCapture:
+    """A capture whose events wait for its records to be durable. Kept in the writer's keyed state as
+    a plain row of built-in values (`to_row`), so checkpoints and savepoints carry it and a restored
+    writer releases it (decision 3780): `run` names the writer run that wrote it, `record_id` its
+    first record, so a later run can check it is still whole where it was written."""
+
+    run: str
+    where: Location
+    record_id: str
+    events: tuple[Event, ...]
+
+    def to_row(self) -> tuple[Any, ...]:
+        return (HELD_ROW_VERSION, self.run, self.where.path, self.where.offset, self.where.length, self.record_id,
+                [(topic, key, bytes(value)) for topic, key, value in self.events])
+
+    @staticmethod
+    def from_row(row: tuple[Any, ...]) -> HeldCapture:
+        if row[0] != HELD_ROW_VERSION:
+            raise ValueError(f"held capture row of version {row[0]!r}; this writer reads {HELD_ROW_VERSION}")
+        _, run, path, offset, length, record_id, events = row
+        return HeldCapture(run, Location(path, offset, length), record_id,
+                           tuple((topic, key, bytes(value)) for topic, key, value in events))
+
+
 class PageArchiver:
     """Archives page fetches and hands back each one's events once its records are durable (invariant 5).
 
-    Local files are durable once synced. With a `sync_interval_s`, captures share their fsync (group
-    commit, decision 1832): each capture's events wait until the files are synced, which happens when
-    the oldest waiting capture is that old at the next element, at `flush` (the writer's timer), or
-    when its file closes; with none, each capture is synced as it is appended and its events go out
-    at once. With an object store a capture is durable only when its file is uploaded: its events
-    are held until the file is finished (size, age or date limit, checked after each element) and
-    then released in arrival order. Events of fetches that archive nothing never wait.
+    Local files are durable once synced. With `group` (group commit, decision 1832) a capture is not
+    synced when written: `archive` returns it as a `HeldCapture` and the caller asks `settle` about it
+    once `group_commit` has passed; the first such question syncs every capture written so far. With
+    an object store (`hold`) a capture is durable only once its file is uploaded (decision 0504), which
+    `settle` also drives (roll when due, upload, back off after a failure). Events of fetches that
+    archive nothing never wait; a capture that could not be written, or will never be durable, ends
+    with `not_archived` events (decision 3781).
     """
 
     def __init__(self, files: WarcFiles, builder: WarcBuilder, *, hold: bool, recent: RecentUrls | None = None,
-                 sync_interval_s: float = 0.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 group_commit_s: float = 0.0) -> None:
         self._files = files
         self._builder = builder
         self._hold = hold
+        self._group_commit_s = group_commit_s
+        self._defer_sync = group_commit_s > 0 or hold
         self.recent = recent
-        self._held: list[tuple[str, list[Event]]] = []
-        self._group = sync_interval_s > 0 and not hold
-        self._sync_interval_s = sync_interval_s
-        self._clock = clock
-        self._unsynced: list[tuple[int, float, list[Event]]] = []   # (files.syncs, clock) when appended, events
+        self.lost = 0        # captures whose events went out as not archived
 
     @property
-    def held_captures(self) -> int:
-        """Captures whose events wait for their file to be uploaded, or for the next sync."""
-        return len(self._held) + len(self._unsynced)
+    def files(self) -> WarcFiles:
+        return self._files
 
-    @property
-    def awaiting_sync(self) -> bool:
-        """Whether some capture's events wait for the next sync (the writer then keeps a timer set)."""
-        return bool(self._unsynced)
-
-    def archive(self, bundle: ParsedBundle) -> tuple[list[Location], list[Event]]:
-        """Write the fetch's records (if archived); its locations and the events now safe to emit."""
+    def archive(self, bundle: ParsedBundle) -> tuple[list[Location], list[Event], HeldCapture | None]:
+        """Write the fetch's records (if archived): its locations, the events now safe to emit, and
+        the capture whose events must wait (None when nothing waits)."""
         result = bundle["result"]
         written: list[WarcRecord] = []
 
         def build(warcinfo_id: str | None) -> list[WarcRecord]:
             written[:] = bundle_records(self._builder, bundle, warcinfo_id)
             return written
-        locations = self._files.append(build, sync=not self._group) if is_archived(result) else []
+        try:
+            locations = self._files.append(build, sync=not self._defer_sync) if is_archived(result) else []
+        except CaptureNotWritten as exc:
+            logging.getLogger(__name__).warning("warc writer: %s not archived: %s", result["request"]["url"], exc)
+            self.lost += 1
+            self.tick()
+            return [], not_archived(events_for(bundle, None, None, self.recent)), None
         where = locations[0] if locations else None
         events = events_for(bundle, where, capture_of(bundle, written), self.recent)
-        if self._hold and where is not None:
-            self._held.append((where.path, events))
-            events = []
-        elif self._group and where is not None:
-            self._unsynced.append((self._files.syncs, self._clock(), events))
-            events = []
-        self._files.finish_if_due()
-        if self._unsynced and self._clock() - self._unsynced[0][1] >= self._sync_interval_s:
-            self._files.sync()
-        return locations, self._release() + self._synced() + events
+        self.tick()
+        if where is None:
+            return locations, events, None
+        status = self._files.status(where, self._files.run)
+        if status == DURABLE:
+            return locations, events, None
+        if status == LOST:
+            self.lost += 1
+            return [], not_archived(events), None
+        return locations, [], HeldCapture(self._files.run, where, written[0].record_id, tuple(events))
 
-    def flush(self) -> list[Event]:
-        """Sync now if some capture waits for it; the events that became safe to emit."""
-        if self._unsynced:
-            self._files.sync()
-        return self._synced()
+    def first_wait(self, held: HeldCapture) -> float:
+        """Seconds until a capture `archive` just held is worth asking about: the group commit's
+        interval, or with a store until its file is due to roll."""
+        return self._files.pending_wait(held.where.path) if self._hold else self._group_commit_s
+
+    def settle(self, held: HeldCapture) -> tuple[list[Event] | None, float]:
+        """A held capture's events if it is durable now (or its `not_archived` events if it never will
+        be); else None and the seconds after which to ask again."""
+        status, wait_s = self._files.settle(held.where, held.record_id, held.run)
+        if status == DURABLE:
+            return list(held.events), 0.0
+        if status == LOST:
+            self.lost += 1
+            return not_archived(list(held.events)), 0.0
+        return None, wait_s
+
+    def tick(self) -> None:
+        """Roll the open file if due and, with a store, upload what waits (after its backoff)."""
+        self._files.finish_if_due()
+        self._files.pump()
 
     def close(self) -> None:
-        """Finish the open file; events still held are dropped (their leases expire and are retried)."""
+        """Finish the open file: synced (with a store: staged, synced, one upload try). Held captures
+        stay in the caller's state; a restored writer settles them."""
         self._files.close()
-        self._held.clear()
-        self._unsynced.clear()
-
-    def _release(self) -> list[Event]:
-        """The events of captures whose file is no longer the open one (uploaded)."""
-        open_path = self._files.open_path
-        ready, self._held = _parted(self._held, lambda held: held[0] != open_path)
-        return [event for *_, events in ready for event in events]
-
-    def _synced(self) -> list[Event]:
-        """The events of captures appended before the last sync."""
-        syncs = self._files.syncs
-        ready, self._unsynced = _parted(self._unsynced, lambda unsynced: unsynced[0] < syncs)
-        return [event for *_, events in ready for event in events]
-
-
-def _parted(entries: list[Any], ready: Callable[[Any], bool]) -> tuple[list[Any], list[Any]]:
-    """`entries` split into those `ready` lets go and the rest, each in arrival order."""
-    gone = [entry for entry in entries if ready(entry)]
-    return gone, [entry for entry in entries if not ready(entry)] if gone else entries
 
 
 class WarcWriterFunction(KeyedCoProcessFunction):
@@ -787,6 +1090,10 @@ class WarcWriterFunction(KeyedCoProcessFunction):
     verdict for it (decision 1616, `udfs.verdict_join`); any other page is archived when it arrives.
     For an `s3://` root, files are staged under `storage.staging_dir` with its roll limits (no per-record
     fsync: durability comes from the upload) and events wait for the upload (decision 0504).
+    A capture whose events wait (group commit or upload) is a row in keyed state under the key being
+    processed, with a processing-time timer that asks again whether it is durable and then emits its
+    events (decision 3780): checkpoints and savepoints carry the rows and timers, and `close()`, which
+    cannot emit, only syncs.
     """
 
     def __init__(self, root: str, settings: WarcFileSettings = WarcFileSettings(),
@@ -821,17 +1128,23 @@ class WarcWriterFunction(KeyedCoProcessFunction):
             logging.getLogger(__name__).warning("warc writer %d recovered %s", subtask, line)
         recent = RecentUrls(self._discovery) if self._discovery.enabled else None
         self._archiver = PageArchiver(files, self._builder, hold=is_s3_root(self._root), recent=recent,
-                                      sync_interval_s=self._warc_policy.group_commit_ms / 1000)
-        self._sync_timer_set = False
-        self._repeats_counted = 0
+                                      group_commit_s=self._warc_policy.group_commit_ms / 1000)
+        # One row per held capture, appended without a read (a state read is a round trip to the JVM).
+        self._held = runtime_context.get_list_state(ListStateDescriptor("held", Types.PICKLED_BYTE_ARRAY()))
+        # This run's held captures by key, so a timer settles them without reading state back; a key
+        # absent here (after a restore) is read from state.
+        self._holding: dict[Any, list[HeldCapture]] = {}
+        self._counted = {"links_not_resent": 0, "lost_captures": 0, "write_failures": 0, "upload_failures": 0}
         group = runtime_context.get_metrics_group().add_group("warc")
         group.counter("recovered_files").inc(len(recovered))
         self._counters = {name: group.counter(name)
                           for name in ("captures", "bytes", "published", "frontier_events", "links_not_resent",
-                                       "unpaired_pages", "dropped_verdicts")}
+                                       "unpaired_pages", "dropped_verdicts", "lost_captures", "restored_captures",
+                                       "write_failures", "upload_failures")}
         self._join: VerdictJoin[ParsedBundle, DedupVerdict] = VerdictJoin()   # in memory: decision 1616
         self._join_counted = (0, 0)
-        group.gauge("held_captures", lambda: self._archiver.held_captures if self._archiver else 0)
+        group.gauge("held_captures", lambda: sum(map(len, self._holding.values())))
+        group.gauge("upload_backlog_files", lambda: self._archiver.files.backlog_files if self._archiver else 0)
         group.gauge("awaiting_verdicts", lambda: self._join.waiting)
         register_worker_cpu(group)
         fetch_group = runtime_context.get_metrics_group().add_group("fetch")
@@ -845,33 +1158,59 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         thaw_heap()
 
     def process_element1(self, value: ParsedBundle, ctx: KeyedCoProcessFunction.Context) -> Iterator[Event]:
+        assert self._archiver is not None
+        self._archiver.tick()
         if self._dedup is None or not needs_dedup(value, self._dedup):
-            yield from self._archive(value)
+            yield from self._archive(value, ctx)
         else:
-            yield from self._archive_pairs(self._join.page(join_key(value), value))
-        self._keep_sync_timer(ctx)
+            yield from self._archive_pairs(self._join.page(join_key(value), value), ctx)
+        self._count()
 
     def process_element2(self, value: Probe, ctx: KeyedCoProcessFunction.Context) -> Iterator[Event]:
-        yield from self._archive_pairs(self._join.verdict(value["key"], value["dedup"]))
-        self._keep_sync_timer(ctx)
+        assert self._archiver is not None
+        self._archiver.tick()
+        yield from self._archive_pairs(self._join.verdict(value["key"], value["dedup"]), ctx)
+        self._count()
 
     def on_timer(self, timestamp: int, ctx: KeyedCoProcessFunction.OnTimerContext) -> Iterator[Event]:
-        """The group commit's deadline (decision 1832): sync and emit what waited for it."""
+        """Ask again about the key's held captures: emit the events of those now durable (or lost for
+        good), keep the others and set the timer for the earliest next question."""
         assert self._archiver is not None
-        self._sync_timer_set = False
-        yield from self._emit(self._archiver.flush())
+        key = ctx.get_current_key()
+        mine = self._holding.pop(key, None)
+        # A key of this run holds only this run's rows: a restored row cannot share it, since a lease
+        # archived before the checkpoint is never fetched (so never archived) again after it.
+        held = mine if mine is not None else [HeldCapture.from_row(row) for row in self._held.get() or ()]
+        if not held:
+            return
+        waiting: list[HeldCapture] = []
+        next_s = math.inf
+        for capture in held:
+            events, wait_s = self._archiver.settle(capture)
+            if events is None:
+                waiting.append(capture)
+                next_s = min(next_s, wait_s)
+                continue
+            if mine is None:
+                self._counters["restored_captures"].inc()
+            yield from self._emit(events)
+        if not waiting:
+            self._held.clear()
+        else:
+            if len(waiting) < len(held):
+                self._held.update([capture.to_row() for capture in waiting])
+            if mine is not None:
+                self._holding[key] = waiting
+            self._set_timer(ctx, next_s)
+        self._count()
 
-    def _keep_sync_timer(self, ctx: KeyedCoProcessFunction.Context) -> None:
-        """While a capture waits for its group's fsync, a timer is set to sync it even if no element
-        comes (one at a time: a group synced early leaves the next to the same timer, so none waits
-        more than twice `group_commit_ms`)."""
-        assert self._archiver is not None
-        if self._archiver.awaiting_sync and not self._sync_timer_set:
-            timers = ctx.timer_service()
-            timers.register_processing_time_timer(timers.current_processing_time() + self._warc_policy.group_commit_ms)
-            self._sync_timer_set = True
+    def _set_timer(self, ctx: KeyedCoProcessFunction.Context, wait_s: float) -> None:
+        timers = ctx.timer_service()
+        # A few ms late rather than early: an age roll is due only once the age is reached.
+        timers.register_processing_time_timer(timers.current_processing_time() + math.ceil(wait_s * 1000) + 5)
 
-    def _archive_pairs(self, pairs: list[tuple[ParsedBundle, DedupVerdict | None]]) -> Iterator[Event]:
+    def _archive_pairs(self, pairs: list[tuple[ParsedBundle, DedupVerdict | None]],
+                       ctx: KeyedCoProcessFunction.Context) -> Iterator[Event]:
         unpaired, dropped = self._join.unpaired_pages, self._join.dropped_verdicts
         if (unpaired, dropped) != self._join_counted:
             logging.getLogger(__name__).warning(
@@ -882,20 +1221,33 @@ class WarcWriterFunction(KeyedCoProcessFunction):
             self._join_counted = (unpaired, dropped)
         for bundle, verdict in pairs:
             bundle["dedup"] = verdict if verdict is not None else unpaired_verdict(bundle)
-            yield from self._archive(bundle)
+            yield from self._archive(bundle, ctx)
 
-    def _archive(self, value: ParsedBundle) -> Iterator[Event]:
+    def _archive(self, value: ParsedBundle, ctx: KeyedCoProcessFunction.Context) -> Iterator[Event]:
         assert self._archiver is not None
         self._counters.get(value["result"]["fetch_status"], self._counters[FetchStatus.ERROR.value]).inc()
-        locations, events = self._archiver.archive(value)
-        recent = self._archiver.recent
-        if recent is not None and recent.repeats != self._repeats_counted:
-            self._counters["links_not_resent"].inc(recent.repeats - self._repeats_counted)
-            self._repeats_counted = recent.repeats
+        locations, events, held = self._archiver.archive(value)
         if locations:
             self._counters["captures"].inc()
             self._counters["bytes"].inc(sum(loc.length for loc in locations))
+        if held is not None:
+            # Under the key being processed: a page paired late may not be its own key's, which is
+            # fine, the rows of a key are a list and its timer settles them all.
+            self._held.add(held.to_row())
+            self._holding.setdefault(ctx.get_current_key(), []).append(held)
+            self._set_timer(ctx, self._archiver.first_wait(held))
         yield from self._emit(events)
+
+    def _count(self) -> None:
+        """Bring the counters kept by the archiver, its files and the discovery window up to date."""
+        assert self._archiver is not None
+        files, recent = self._archiver.files, self._archiver.recent
+        for name, total in (("links_not_resent", recent.repeats if recent is not None else 0),
+                            ("lost_captures", self._archiver.lost), ("write_failures", files.write_failures),
+                            ("upload_failures", files.upload_failures)):
+            if total != self._counted[name]:
+                self._counters[name].inc(total - self._counted[name])
+                self._counted[name] = total
 
     def _emit(self, events: list[Event]) -> Iterator[Event]:
         for event in events:

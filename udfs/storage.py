@@ -6,6 +6,7 @@ Pure: the uploader that uses these values is `operators/object_store.py`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 
 S3_SCHEME = "s3://"
@@ -31,6 +32,11 @@ class S3Root:
         """The `s3://bucket/key` URL of `relative`, as published in ParsedPage.warc_path."""
         return f"{S3_SCHEME}{self.bucket}/{self.key(relative)}"
 
+    def relative_of(self, url: str) -> str | None:
+        """The relative path `url` names under this root (the inverse of `url`); None if it is not under it."""
+        base = self.url("")
+        return url[len(base):] if url.startswith(base) and len(url) > len(base) else None
+
 
 def is_s3_root(root: str) -> bool:
     """Whether a WARC root names object storage (`s3://...`) rather than a local directory (§3)."""
@@ -55,7 +61,8 @@ class StoragePolicy:
     """The `[storage]` section: how WARC files reach an `s3://` `job.warc_root` (unused for a local root).
 
     Files are written whole to `staging_dir`, uploaded on roll, and only then are their pages published
-    (decision 0504), so the roll limits here also bound how long page events are held back.
+    (decision 0504), so the roll limits here also bound how long page events are held back. An upload
+    that fails is tried again with a bounded exponential backoff; the file stays staged meanwhile.
     """
 
     # S3 API endpoint, e.g. "http://127.0.0.1:9000" for S3Proxy/MinIO; "" = AWS's endpoint for the region.
@@ -72,11 +79,20 @@ class StoragePolicy:
     server_side_encryption: str = ""
     # KMS key for "aws:kms"/"aws:kms:dsse"; "" = the account's default S3 key.
     sse_kms_key_id: str = ""
-    # Attempts per S3 request (botocore "standard" retries, with backoff) before the task fails.
+    # Attempts per S3 request (botocore "standard" retries, with backoff) while the store answers; once an
+    # upload has failed, each later try is a single attempt, spaced by upload_retry_initial_s/max_s.
     max_attempts: int = 5
+    # Connect and read timeout of one S3 request, seconds (botocore's own is 60): a store that hangs
+    # holds the writer at most this long per attempt.
+    timeout_s: float = 20.0
+    # After a failed upload the file stays staged, the job keeps running, and the writer tries again
+    # this long later, doubling per failure in a row up to upload_retry_max_s (decision 3782).
+    upload_retry_initial_s: float = 1.0
+    upload_retry_max_s: float = 60.0
     # Local directory where files are written before upload; each subtask uses its own subfolder.
+    # A staged file is deleted only once it is in the store.
     staging_dir: str = "out/warc-staging"
-    # Roll (and upload) a staged file at this size, bytes: bounds the page events held in memory.
+    # Roll (and upload) a staged file at this size, bytes: bounds the page events held back.
     max_file_bytes: int = 64 * 1024 * 1024
     # ... or at this age, seconds. Keep it well under frontier.lease_timeout_s minus the fetch timeout,
     # or held completions arrive after their lease expired and the URL is fetched again.
@@ -96,12 +112,26 @@ class StoragePolicy:
             raise ValueError("sse_kms_key_id needs server_side_encryption = \"aws:kms\" or \"aws:kms:dsse\"")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be at least 1, got {self.max_attempts}")
+        for name in ("timeout_s", "upload_retry_initial_s", "upload_retry_max_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ValueError(f"storage.{name} must be a finite number of seconds > 0, got {value!r}")
+        if self.upload_retry_max_s < self.upload_retry_initial_s:
+            raise ValueError(f"storage.upload_retry_max_s ({self.upload_retry_max_s!r}) must be at least "
+                             f"storage.upload_retry_initial_s ({self.upload_retry_initial_s!r})")
         if not self.staging_dir:
             raise ValueError("staging_dir must name a local directory")
         if self.max_file_bytes < 1:
             raise ValueError(f"max_file_bytes must be at least 1, got {self.max_file_bytes}")
         if not self.max_file_age_s > 0:
             raise ValueError(f"max_file_age_s must be positive, got {self.max_file_age_s}")
+
+    def upload_retry_s(self, failures: int) -> float:
+        """How long to wait before the next upload try after `failures` failed tries in a row (>= 1):
+        upload_retry_initial_s doubled per further failure, at most upload_retry_max_s."""
+        if failures < 1:
+            return 0.0
+        return min(self.upload_retry_max_s, self.upload_retry_initial_s * 2.0 ** min(failures - 1, 60))
 
     def upload_args(self) -> dict[str, str]:
         """Extra PutObject arguments for the configured server-side encryption (none by default)."""

@@ -187,21 +187,6 @@ class _Store:
         return relative
 
 
-def test_staged_files_never_uploaded_are_discarded_and_a_cut_upload_is_finished(tmp_path: Path) -> None:
-    folder = _folder(tmp_path, 0)
-    folder.mkdir(parents=True)
-    for name in ("00000", "00001"):
-        (folder / f"{name}.warc.gz").write_bytes(b"warc " + name.encode())
-        (folder / f"{name}.cdxj").write_text(f"index {name}\n")
-    store = _Store({"crawl/2026-11-29/0/00000.warc.gz": b"warc 00000"})   # uploaded, index not yet
-    files = WarcFiles(str(tmp_path), 0, BUILDER, WarcFileSettings(), store=store)  # type: ignore[arg-type]
-    done = files.recover(parallelism=1)
-    assert len(done) == 2 and "discarded" in done[1]
-    assert list(folder.iterdir()) == []
-    assert store.stored == {"crawl/2026-11-29/0/00000.warc.gz": b"warc 00000",
-                            "crawl/2026-11-29/0/00000.cdxj": b"index 00000\n"}
-
-
 # --- kill -9 of a TaskManager on a real standalone cluster ---------------------------------------
 
 CHECKPOINT_MS = 5_000

@@ -3,6 +3,7 @@ files are staged, uploaded whole on roll, and a page's events are released only 
 its records is in the store; published locations are s3:// URLs that resolve to the response record."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import json
@@ -14,8 +15,8 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from operators.object_store import ObjectStore, UploadError, make_client
-from operators.parse import ParsedBundle, parse_result
-from operators.warc_writer import Event, PageArchiver, WarcFiles, WarcFileSettings
+from udfs.page_facts import ParsedBundle, parse_result
+from operators.warc_writer import Event, HeldCapture, PageArchiver, WarcFiles, WarcFileSettings
 from tests.integration.test_warc_writer import CASES, T0
 from tests.warc_validators import warcio_check
 from udfs.records import TOPIC_PAGES
@@ -39,7 +40,8 @@ def root(policy: StoragePolicy) -> S3Root:
 
 
 class Archive:
-    """A PageArchiver over an ObjectStore with a hand-driven clock."""
+    """A PageArchiver over an ObjectStore with a hand-driven clock. After each element every held
+    capture is asked about again, as the writer's timers would by then."""
 
     def __init__(self, policy: StoragePolicy, root: S3Root, staging: Path, max_file_bytes: int = 10**9,
                  max_file_age_s: float = 10.0) -> None:
@@ -49,11 +51,26 @@ class Archive:
         self.files = WarcFiles(str(staging), 2, WarcBuilder(), WarcFileSettings(max_file_bytes, max_file_age_s, fsync=False),
                                clock=lambda: self.now, store=self.store)
         self.archiver = PageArchiver(self.files, WarcBuilder(), hold=True)
+        self.held: list[HeldCapture] = []
 
     def feed(self, bundle: ParsedBundle, at: float | None = None) -> list[Event]:
         if at is not None:
             self.now = at
-        return self.archiver.archive(bundle)[1]
+        _, events, held = self.archiver.archive(bundle)
+        if held is not None:
+            self.held.append(held)
+        return events + self.settle()
+
+    def settle(self) -> list[Event]:
+        released, waiting = [], []
+        for held in self.held:
+            events, _ = self.archiver.settle(held)
+            if events is None:
+                waiting.append(held)
+            else:
+                released += events
+        self.held = waiting
+        return released
 
 
 def pages(events: list[Event]) -> list[dict]:
@@ -83,11 +100,11 @@ def test_events_of_archived_captures_wait_for_the_upload_and_others_do_not(polic
         released += archive.feed(parse_result(CASES[name]), at=T0 + i)
     # Only fetches that archived nothing (DNS failure, refused type) are completed so far.
     assert sorted(completed_urls(released)) == sorted(CASES[n]["url"] for n in ("dns", "image"))
-    assert archive.archiver.held_captures == len(ARCHIVED)
+    assert len(archive.held) == len(ARCHIVED)
     assert make_client(policy).list_objects_v2(Bucket=root.bucket).get("KeyCount") == 0
 
     later = archive.feed(parse_result(CASES["dns"]), at=T0 + 60)   # age limit passed: roll and upload
-    assert archive.archiver.held_captures == 0
+    assert archive.held == []
     assert sorted(completed_urls(later)) == sorted([CASES[n]["url"] for n in ARCHIVED] + [CASES["dns"]["url"]])
     assert sorted(page["url"] for page in pages(later)) == sorted(CASES[n]["url"] for n in ("page", "gzip-truncated"))
     assert {page["warc_path"] for page in pages(later)} == {
@@ -137,17 +154,54 @@ def test_a_new_writer_with_empty_staging_continues_the_store_sequence(policy, ro
     assert page["warc_path"].endswith("/00000.warc.gz") and again["warc_path"].endswith("/00001.warc.gz")
 
 
-def test_failed_upload_fails_the_roll_and_releases_nothing(policy, root, tmp_path) -> None:
-    archive = Archive(policy, root, tmp_path)
+def test_a_failed_upload_keeps_the_file_staged_backs_off_and_releases_once_stored(policy, root, tmp_path) -> None:
+    patient = dataclasses.replace(policy, upload_retry_initial_s=5.0, upload_retry_max_s=20.0)
+    archive = Archive(patient, root, tmp_path)
     assert archive.feed(parse_result(CASES["page"])) == []
-    make_client(policy).delete_bucket(Bucket=root.bucket)   # the store goes away while the file is open
-    with pytest.raises(UploadError, match="NoSuchBucket"):
-        archive.feed(parse_result(CASES["dns"]), at=T0 + 60)
-    assert archive.archiver.held_captures == 1
-    assert list(tmp_path.rglob("*.warc.gz")), "the staged file is kept"
+    make_client(policy).delete_bucket(Bucket=root.bucket)   # the store refuses while the file is open
+    dns_url = CASES["dns"]["url"]
+    assert completed_urls(archive.feed(parse_result(CASES["dns"]), at=T0 + 60)) == [dns_url]   # roll: upload fails
+    staged = list(tmp_path.rglob("*.warc.gz"))
+    assert len(archive.held) == 1 and len(staged) == 1, "the file stays staged, its events held"
+    assert (archive.files.backlog_files, archive.files.upload_failures) == (1, 1)
     make_client(policy).create_bucket(Bucket=root.bucket)
-    with pytest.raises(RuntimeError, match="earlier upload failed"):   # never releases the lost file's events
-        archive.feed(parse_result(CASES["page"]), at=T0 + 61)
+    assert completed_urls(archive.feed(parse_result(CASES["dns"]), at=T0 + 62)) == [dns_url]   # backing off
+    assert archive.files.upload_failures == 1 and staged[0].exists()
+    released = archive.feed(parse_result(CASES["dns"]), at=T0 + 66)    # 5 s after the failure: stored
+    assert sorted(completed_urls(released)) == sorted([CASES["page"]["url"], dns_url])
+    assert archive.files.backlog_files == 0 and not staged[0].exists()
+    (page,) = pages(released)
+    member = get_range(policy, page["warc_path"], page["warc_offset"], page["warc_length"])
+    assert next(iter(ArchiveIterator(io.BytesIO(gzip.decompress(member))))).rec_type == "response"
+
+
+def test_staged_files_of_a_crashed_run_are_uploaded_never_deleted_and_their_held_events_released(
+        policy, root, tmp_path) -> None:
+    crashed = Archive(policy, root, tmp_path)
+    for name in ("page", "gzip-truncated"):
+        assert crashed.feed(parse_result(CASES[name])) == []
+    rows = [held.to_row() for held in crashed.held]   # in the checkpoint; the run dies with its file open
+    # A second staged file whose WARC object reached the store but not its index (the crash fell between).
+    (first,) = tmp_path.rglob("*.warc.gz")
+    cut = first.with_name("00001.warc.gz")
+    cut.write_bytes(first.read_bytes())
+    cut.with_name("00001.cdxj").write_bytes(first.with_name("00000.cdxj").read_bytes())
+    relative = cut.relative_to(tmp_path).as_posix()
+    crashed.store.upload(cut, relative)
+
+    restored = Archive(policy, root, tmp_path)
+    done = restored.files.recover(parallelism=3)   # subtask 2 of 3 owns folder 2
+    assert len(done) == 2 and all("queued for upload" in line for line in done)
+    restored.held = [HeldCapture.from_row(row) for row in rows]
+    released = restored.feed(parse_result(CASES["dns"]))
+    assert sorted(completed_urls(released)) == sorted(CASES[n]["url"] for n in ("page", "gzip-truncated", "dns"))
+    assert not list(tmp_path.rglob("*.warc.gz")) and not list(tmp_path.rglob("*.cdxj"))
+    stored = {item["Key"].rsplit("/", 1)[1] for item in make_client(policy).list_objects_v2(Bucket=root.bucket)["Contents"]}
+    assert {"00000.warc.gz", "00000.cdxj", "00001.warc.gz", "00001.cdxj"} <= stored
+    for page in pages(released):
+        member = get_range(policy, page["warc_path"], page["warc_offset"], page["warc_length"])
+        record = next(iter(ArchiveIterator(io.BytesIO(gzip.decompress(member)))))
+        assert record.rec_headers.get_header("WARC-Target-URI") == page["url"]
 
 
 def test_server_side_encryption_is_requested_on_upload(policy, root, tmp_path) -> None:

@@ -6,6 +6,7 @@ import gzip
 import io
 import json
 import os
+import pickle
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,8 +14,9 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from operators.parse import ParsedBundle, parse_result
+from udfs.page_facts import ParsedBundle, parse_result
 from operators.warc_writer import (
+    HeldCapture,
     Location,
     PageArchiver,
     WarcFiles,
@@ -334,15 +336,15 @@ def test_synthetic_web_pages_fetched_parsed_and_archived_end_to_end(tmp_path: Pa
         assert where is not None and read_record_at(where).content_stream().read() == bundle["result"]["body"]
 
 
-# --- group commit (decision 1832) ------------------------------------------------------------------
+# --- group commit (decision 1832) and held captures (decision 3780) --------------------------------
 
 
 class Grouped:
-    """A PageArchiver on real files with a hand-driven clock, counting fsync calls."""
+    """A PageArchiver on real files counting fsync calls; `settle` asks about every held capture, as
+    the writer's timers do once the group commit's interval has passed."""
 
     def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch, interval_s: float = 0.05,
                  settings: WarcFileSettings = WarcFileSettings()) -> None:
-        self.now = 100.0
         self.fsyncs = 0
         real_fsync = os.fsync
 
@@ -351,14 +353,25 @@ class Grouped:
             real_fsync(fd)
         monkeypatch.setattr(os, "fsync", counted)
         self.files = WarcFiles(str(root), 0, WarcBuilder(), settings, clock=lambda: T0)
-        self.archiver = PageArchiver(self.files, WarcBuilder(), hold=False, sync_interval_s=interval_s,
-                                     clock=lambda: self.now)
+        self.archiver = PageArchiver(self.files, WarcBuilder(), hold=False, group_commit_s=interval_s)
+        self.held: list[HeldCapture] = []
 
-    def feed(self, url: str, at: float | None = None, **kwargs) -> tuple[list[Location], list[str]]:
-        if at is not None:
-            self.now = at
-        locations, events = self.archiver.archive(parse_result(result(url, **kwargs)))
+    def feed(self, url: str, **kwargs) -> tuple[list[Location], list[str]]:
+        locations, events, held = self.archiver.archive(parse_result(result(url, **kwargs)))
+        if held is not None:
+            self.held.append(held)
         return locations, completed(events)
+
+    def settle(self) -> list[str]:
+        released, waiting = [], []
+        for held in self.held:
+            events, _ = self.archiver.settle(held)
+            if events is None:
+                waiting.append(held)
+            else:
+                released += events
+        self.held = waiting
+        return completed(released)
 
 
 def completed(events) -> list[str]:
@@ -368,24 +381,15 @@ def completed(events) -> list[str]:
 
 def test_group_commit_holds_events_until_one_fsync_makes_every_waiting_capture_durable(tmp_path, monkeypatch) -> None:
     grouped = Grouped(tmp_path, monkeypatch)
-    where_a, events_a = grouped.feed("http://site.test/a", at=100.0)
-    where_b, events_b = grouped.feed("http://site.test/b", at=100.01)
-    assert events_a == events_b == [] and grouped.archiver.held_captures == 2 and grouped.archiver.awaiting_sync
+    where_a, events_a = grouped.feed("http://site.test/a")
+    where_b, events_b = grouped.feed("http://site.test/b")
+    assert events_a == events_b == [] and len(grouped.held) == 2
     before = grouped.fsyncs
-    assert completed(grouped.archiver.flush()) == ["http://site.test/a", "http://site.test/b"]
+    assert grouped.settle() == ["http://site.test/a", "http://site.test/b"]
     assert grouped.fsyncs - before == 2                          # the WARC file and its index, once for both
-    assert not grouped.archiver.awaiting_sync and grouped.archiver.flush() == []
+    assert grouped.held == [] and grouped.settle() == []
     for where in (where_a[0], where_b[0]):
         assert read_record_at(where).rec_headers.get_header("WARC-Type") == "response"
-
-
-def test_group_commit_syncs_at_the_first_element_after_the_oldest_capture_is_due(tmp_path, monkeypatch) -> None:
-    grouped = Grouped(tmp_path, monkeypatch, interval_s=0.05)
-    assert grouped.feed("http://site.test/a", at=100.0)[1] == []
-    assert grouped.feed("http://site.test/b", at=100.04)[1] == []
-    assert grouped.feed("http://site.test/c", at=100.06)[1] == ["http://site.test/a", "http://site.test/b",
-                                                                 "http://site.test/c"]
-    assert grouped.feed("http://site.test/d", at=100.07)[1] == []   # the next group starts
 
 
 def test_fetches_that_archive_nothing_are_not_held_by_the_group_commit(tmp_path, monkeypatch) -> None:
@@ -393,15 +397,17 @@ def test_fetches_that_archive_nothing_are_not_held_by_the_group_commit(tmp_path,
     assert grouped.feed("http://site.test/a")[1] == []
     locations, events = grouped.feed("http://nowhere.test/", status=None, fetch_status="dns_error", body=b"",
                                      headers=[])
-    assert locations == [] and events == ["http://nowhere.test/"] and grouped.archiver.held_captures == 1
+    assert locations == [] and events == ["http://nowhere.test/"] and len(grouped.held) == 1
 
 
-def test_a_file_closed_at_its_size_limit_releases_its_captures_at_once(tmp_path, monkeypatch) -> None:
+def test_a_file_closed_at_its_size_limit_makes_its_captures_durable_at_once(tmp_path, monkeypatch) -> None:
     grouped = Grouped(tmp_path, monkeypatch, interval_s=10.0, settings=WarcFileSettings(max_file_bytes=2000))
     first, held = grouped.feed("http://site.test/a")
-    assert held == [] and grouped.archiver.held_captures == 1
+    assert held == [] and len(grouped.held) == 1
     second, released = grouped.feed("http://site.test/b")   # b fills the file: closing it synced both
-    assert released == ["http://site.test/a", "http://site.test/b"] and grouped.archiver.held_captures == 0
+    assert released == ["http://site.test/b"] and len(grouped.held) == 1
+    before = grouped.fsyncs
+    assert grouped.settle() == ["http://site.test/a"] and grouped.fsyncs == before   # no further fsync
     third, _ = grouped.feed("http://site.test/c")
     assert first[0].path == second[0].path != third[0].path
 
@@ -411,11 +417,50 @@ def test_without_group_commit_each_capture_is_synced_and_emitted_at_once(tmp_pat
     assert grouped.feed("http://site.test/a")[1] == ["http://site.test/a"]
     before = grouped.fsyncs
     assert grouped.feed("http://site.test/b")[1] == ["http://site.test/b"]
-    assert grouped.fsyncs - before == 2 and grouped.archiver.held_captures == 0
+    assert grouped.fsyncs - before == 2 and grouped.held == []
 
 
-def test_closing_drops_the_events_still_waiting_for_a_sync(tmp_path, monkeypatch) -> None:
+def test_closing_syncs_and_keeps_held_captures_for_whoever_settles_them(tmp_path, monkeypatch) -> None:
     grouped = Grouped(tmp_path, monkeypatch)
     grouped.feed("http://site.test/a")
-    grouped.archiver.close()   # the capture is synced with its file; its lease expires and is retried
-    assert grouped.archiver.held_captures == 0
+    grouped.archiver.close()   # no events can go out from close(): the capture stays held, now synced
+    assert len(grouped.held) == 1 and grouped.settle() == ["http://site.test/a"]
+
+
+def test_a_held_capture_is_a_plain_row_that_survives_pickling(tmp_path, monkeypatch) -> None:
+    grouped = Grouped(tmp_path, monkeypatch)
+    grouped.feed("http://site.test/a")
+    (held,) = grouped.held
+    row = pickle.loads(pickle.dumps(held.to_row()))
+    assert all(type(part).__module__ == "builtins" for part in row)   # no project class in state
+    assert HeldCapture.from_row(row) == held
+
+
+def test_a_capture_held_by_a_killed_run_is_released_by_the_next_once_found_whole(tmp_path, monkeypatch) -> None:
+    killed = Grouped(tmp_path, monkeypatch)
+    for name in ("a", "b", "c"):
+        killed.feed(f"http://site.test/{name}")
+    rows = [held.to_row() for held in killed.held]   # what the checkpoint holds; the run dies unsynced
+    warc = Path(killed.held[0].where.path)
+    index = warc.with_name(warc.name.replace(".warc.gz", ".cdxj"))
+    # A machine crash kept the file only up to the middle of c's response record and lost c's index line.
+    with warc.open("r+b") as handle:
+        handle.truncate(killed.held[2].where.offset + killed.held[2].where.length // 2)
+    index.write_bytes(b"".join(index.read_bytes().splitlines(keepends=True)[:2]))
+
+    restored = WarcFiles(str(tmp_path), 0, WarcBuilder(), WarcFileSettings(), clock=lambda: T0)
+    assert len(restored.recover(parallelism=1)) == 1           # the torn tail goes
+    archiver = PageArchiver(restored, WarcBuilder(), hold=False, group_commit_s=0.05)
+    settled = [archiver.settle(HeldCapture.from_row(row)) for row in rows]
+    assert [wait for _, wait in settled] == [0.0, 0.0, 0.0]
+    outcomes = {}
+    for events, _ in settled:
+        assert events is not None
+        (completion,) = [json.loads(v) for t, _, v in events if t == TOPIC_OUTCOMES and b'"completion"' in v]
+        pages = [json.loads(v) for t, _, v in events if t == TOPIC_PAGES]
+        outcomes[completion["url"]] = (completion["fetch_status"], [p["warc_offset"] for p in pages])
+    assert outcomes["http://site.test/a"][0] == outcomes["http://site.test/b"][0] == "ok"
+    assert outcomes["http://site.test/c"] == ("not_archived", [])   # never published: its record is gone
+    for held, (status, offsets) in zip(killed.held[:2], [outcomes["http://site.test/a"], outcomes["http://site.test/b"]]):
+        assert offsets == [held.where.offset] and read_record_at(held.where).rec_type == "response"
+    assert archiver.lost == 1

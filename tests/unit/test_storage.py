@@ -59,6 +59,10 @@ def test_job_refuses_a_malformed_s3_warc_root_at_start_up() -> None:
     ({"staging_dir": ""}, "staging_dir"),
     ({"max_file_bytes": 0}, "max_file_bytes"),
     ({"max_file_age_s": 0.0}, "max_file_age_s"),
+    ({"timeout_s": 0.0}, "timeout_s"),
+    ({"upload_retry_initial_s": float("nan")}, "upload_retry_initial_s"),
+    ({"upload_retry_max_s": float("inf")}, "upload_retry_max_s"),
+    ({"upload_retry_initial_s": 10.0, "upload_retry_max_s": 5.0}, "upload_retry_max_s"),
 ])
 def test_invalid_storage_values_name_the_field(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -80,6 +84,19 @@ def test_storage_section_loads_from_config_and_rejects_unknown_keys() -> None:
     assert config.storage.endpoint_url == "http://127.0.0.1:9000" and config.storage.max_file_age_s == 5.0
     with pytest.raises(ConfigError, match="unknown key"):
         load_config("[storage]\nbucket = \"x\"\n")
+
+
+def test_upload_retries_back_off_exponentially_up_to_the_cap() -> None:
+    policy = StoragePolicy(upload_retry_initial_s=1.0, upload_retry_max_s=20.0)
+    assert [policy.upload_retry_s(n) for n in range(0, 8)] == [0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 20.0, 20.0]
+    assert policy.upload_retry_s(10_000) == 20.0
+
+
+def test_an_s3_url_maps_back_to_its_relative_path_under_the_root() -> None:
+    root = parse_s3_root("s3://warc/run1")
+    assert root.relative_of(root.url("crawl/d/0/00000.warc.gz")) == "crawl/d/0/00000.warc.gz"
+    assert root.relative_of("s3://warc/run2/crawl/x") is None and root.relative_of("s3://warc/run1/") is None
+    assert parse_s3_root("s3://warc").relative_of("s3://warc/crawl/x") == "crawl/x"
 
 
 def test_default_roll_age_leaves_room_for_the_fetch_within_a_lease() -> None:
