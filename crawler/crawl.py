@@ -188,7 +188,8 @@ def run(spec: RunSpec, stack: Stack, progress: Callable[[str], None] = print) ->
     elapsed = time.monotonic() - started
     metrics = frontier_metrics(stack, job_id) or metrics
     savepoint = stop_with_savepoint(stack, job_id, (spec.out / "savepoints").resolve())
-    progress(f"job stopped after {elapsed:.0f} s; savepoint: {savepoint}")
+    progress(f"job stopped after {elapsed:.0f} s; savepoint: {savepoint}"
+             + (f" (go on with `crawler restore {savepoint} --job-id {job_id}`)" if savepoint else ""))
     pages = [json.loads(v) for _, v in records_since(stack.kafka.bootstrap, TOPIC_PAGES, start_ms)]
     outcomes = [json.loads(v) for _, v in records_since(stack.kafka.bootstrap, TOPIC_OUTCOMES, start_ms)]
     with (spec.out / "pages.jsonl").open("w", encoding="utf-8") as fh:

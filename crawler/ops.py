@@ -1,4 +1,4 @@
-"""`crawler upgrade` and `crawler rescale`: replace the running crawl job through a savepoint (issue #7).
+"""`crawler upgrade`, `crawler rescale` and `crawler restore`: start the crawl job from its state (issue #7).
 
 Both stop the running crawl job with a savepoint (`flink stop`: sources stop, state is written, the
 job ends) and submit `jobs/crawl.py` as it is now from that savepoint, with the arguments the old job
@@ -7,6 +7,11 @@ subtasks, ARCHITECTURE.md §6). The old job's arguments are read back from the c
 stores its own argv as a global job parameter (JOB_ARGS_KEY), so this works for a job started by
 `crawler crawl`, by an earlier upgrade, or by hand. Everything the new job would be given is checked
 (`udfs.config.load_config`) before the old job is touched. See docs/runbook.md and decision 1602.
+
+`restore` submits the job from a savepoint or retained checkpoint after it stopped or failed, with the
+arguments of the job that left it (read back from the cluster) or given as JSON (`--job-args`).
+All three refuse to start a job that would resume past records Kafka has deleted (a retention gap,
+crawler/retention_gap.py) unless told `--accept-retention-gap` (decision 3791).
 """
 from __future__ import annotations
 
@@ -21,8 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from crawler.flink_cluster import DEFAULT_REST_PORT, FlinkCluster
 from crawler.paths import ROOT
+from crawler.retention_gap import RetentionGapError, RetentionReport, read_report, refuse_gap
 from crawler.stack import DEFAULT_STATE_DIR
 from udfs.config import ConfigError, CrawlConfig, load_config
 
@@ -105,6 +113,39 @@ def check_job_config(args: Sequence[str]) -> CrawlConfig:
         raise UpgradeError(f"the new job's configuration is invalid, nothing was stopped: {exc}") from None
 
 
+def arg_value(args: Sequence[str], option: str) -> str | None:
+    """The value of the last `option VALUE` (or `option=VALUE`) among the job's arguments, None if absent."""
+    found = None
+    for i, item in enumerate(args):
+        if item == option and i + 1 < len(args):
+            found = args[i + 1]
+        elif item.startswith(option + "="):
+            found = item[len(option) + 1:]
+    return found
+
+
+def check_retention(args: Sequence[str], config: CrawlConfig, *, accept: bool, doing: str,
+                    progress: Callable[[str], None] = print) -> RetentionReport:
+    """The retention report of the job's consumer group on the broker its arguments name; raises
+    UpgradeError for a gap unless `accept` (`doing` says what has and has not happened), or when the
+    broker cannot be asked. An accepted gap is printed; the job reports it again when it starts."""
+    bootstrap = arg_value(args, "--bootstrap")
+    if not bootstrap:
+        raise UpgradeError(f"the job's arguments name no --bootstrap: cannot check the Kafka retention; {doing}")
+    try:
+        report = read_report(bootstrap, config.job.group_id)
+    except (KafkaException, TimeoutError) as exc:
+        raise UpgradeError(f"Kafka at {bootstrap} did not answer, so the topics' retention could not be "
+                           f"checked ({exc}); {doing}") from None
+    try:
+        refuse_gap(report, accept, doing)
+    except RetentionGapError as exc:
+        raise UpgradeError(str(exc)) from None
+    if report.lost:
+        progress(f"accepted (--accept-retention-gap): {report.summary()}")
+    return report
+
+
 def run_command(flink: Path, args: Sequence[str], savepoint: str, *, python: str = sys.executable,
                 allow_non_restored_state: bool = False, job_file: Path = JOB_FILE) -> list[str]:
     """`flink run -d -s SAVEPOINT [-n] -py jobs/crawl.py --pyExecutable PYTHON ARGS...`. Flink's own
@@ -129,15 +170,20 @@ def job_id_of(output: str) -> str | None:
 
 def upgrade(cluster: FlinkCluster, *, job_id: str | None = None, overrides: Sequence[str] = (),
             savepoint_dir: Path | None = None, allow_non_restored_state: bool = False,
+            accept_retention_gap: bool = False,
             progress: Callable[[str], None] = print, timeout_s: float = 300.0) -> Upgrade:
-    """Stop the running crawl job with a savepoint and submit the current jobs/crawl.py from it."""
+    """Stop the running crawl job with a savepoint and submit the current jobs/crawl.py from it. A retention
+    gap is refused before the old job is touched, and again once the savepoint has set the offsets the
+    new job resumes at, unless `accept_retention_gap`."""
     overview = cluster.rest("/jobs/overview")
     if overview is None:
         raise UpgradeError(f"no Flink cluster answers on {cluster.rest_url} (`crawler up`?)")
     job = running_crawl_job(overview.get("jobs", []), job_id)
     old = job["jid"]
     args = with_overrides(job_args(cluster.rest(f"/jobs/{old}/config")), overrides)
-    check_job_config(args)
+    config = check_job_config(args)
+    check_retention(args, config, accept=accept_retention_gap, doing=f"nothing was stopped (job {old} still runs)",
+                    progress=progress)
     progress(f"stopping job {old} ({job.get('name')}) with a savepoint ...")
     stop = [str(cluster.home / "bin" / "flink"), "stop"]
     if savepoint_dir is not None:
@@ -149,6 +195,10 @@ def upgrade(cluster: FlinkCluster, *, job_id: str | None = None, overrides: Sequ
         raise UpgradeError(f"the savepoint failed (flink stop exit {done.returncode}); job {old} is {state} and "
                            f"was not replaced:\n{(done.stdout + done.stderr)[-2000:]}")
     progress(f"savepoint: {savepoint}")
+    # The savepoint committed the offsets the new job resumes at: the check that counts.
+    check_retention(args, config, accept=accept_retention_gap, progress=progress,
+                    doing=f"job {old} is stopped and its state is in {savepoint}; nothing was started. "
+                          f"Start it with `crawler restore {savepoint} --job-id {old}`")
     run = run_command(cluster.home / "bin" / "flink", args, savepoint,
                       allow_non_restored_state=allow_non_restored_state)
     started = subprocess.run(run, env=cluster.env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
@@ -159,6 +209,42 @@ def upgrade(cluster: FlinkCluster, *, job_id: str | None = None, overrides: Sequ
                            f"  {' '.join(run)}\n{(started.stdout + started.stderr)[-2000:]}")
     progress(f"new job: {new}")
     return Upgrade(old_job=old, savepoint=savepoint, new_job=new)
+
+
+def restore(cluster: FlinkCluster, path: str, args: Sequence[str], *, accept_retention_gap: bool = False,
+            allow_non_restored_state: bool = False, progress: Callable[[str], None] = print,
+            timeout_s: float = 300.0) -> str:
+    """Submit the current jobs/crawl.py from the savepoint or retained checkpoint at `path` with `args`
+    (checked as upgrade checks them, a retention gap refused unless `accept_retention_gap`); returns the
+    new job's id."""
+    config = check_job_config(args)
+    check_retention(args, config, accept=accept_retention_gap, doing="nothing was started", progress=progress)
+    if cluster.rest("/jobs/overview") is None:
+        raise UpgradeError(f"no Flink cluster answers on {cluster.rest_url} (`crawler up`?)")
+    run = run_command(cluster.home / "bin" / "flink", args, path, allow_non_restored_state=allow_non_restored_state)
+    started = subprocess.run(run, env=cluster.env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
+    new = job_id_of(started.stdout + started.stderr)
+    if started.returncode != 0 or new is None:
+        raise UpgradeError(f"the job did not start from {path} (flink run exit {started.returncode}):\n"
+                           f"  {' '.join(run)}\n{(started.stdout + started.stderr)[-2000:]}")
+    progress(f"new job: {new}")
+    return new
+
+
+def restore_args(cluster: FlinkCluster, job_id: str | None, given: str | None,
+                 overrides: Sequence[str] = ()) -> list[str]:
+    """The arguments of a restored job: `given` (a JSON list of strings), else those of the job `job_id` as
+    the cluster remembers it (a FAILED, CANCELED or FINISHED job too), with `overrides` at the end."""
+    if given is not None and job_id:
+        raise UpgradeError("give either --job-id or --job-args, not both")
+    if given is None and not job_id:
+        raise UpgradeError(f"say whose arguments the job takes: --job-id OLD_JOB (the job that left the state), "
+                           f"or --job-args JSON (its configuration tab shows them under {JOB_ARGS_KEY})")
+    config = cluster.rest(f"/jobs/{job_id}/config") if given is None else \
+        {"execution-config": {"user-config": {JOB_ARGS_KEY: given}}}
+    if config is None:
+        raise UpgradeError(f"the cluster does not know job {job_id} (restarted since?): give --job-args")
+    return with_overrides(job_args(config), overrides)
 
 
 def job_overview(cluster: FlinkCluster, job_id: str) -> dict[str, Any]:
@@ -211,15 +297,18 @@ def last_failure(cluster: FlinkCluster, job_id: str) -> str:
 # --- the `crawler` subcommands of this module (see crawler/cli.py) -----------------------------------
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `upgrade` and `rescale` to the `crawler` command line."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
+    """Add `upgrade`, `rescale` and `restore` to the `crawler` command line."""
+    starts = argparse.ArgumentParser(add_help=False)
+    starts.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
                         help="the stack's state folder (default: %(default)s)")
-    common.add_argument("--rest-port", type=int, default=DEFAULT_REST_PORT, help="Flink REST/dashboard")
+    starts.add_argument("--rest-port", type=int, default=DEFAULT_REST_PORT, help="Flink REST/dashboard")
+    starts.add_argument("--allow-non-restored-state", action="store_true",
+                        help="start even if the savepoint holds state of an operator the new code lacks")
+    starts.add_argument("--accept-retention-gap", action="store_true",
+                        help="start even if Kafka deleted input records the job had not read (see docs/runbook.md)")
+    common = argparse.ArgumentParser(add_help=False, parents=[starts])
     common.add_argument("--job-id", help="the job to replace (default: the only running job)")
     common.add_argument("--savepoint-dir", type=Path, help="where the savepoint goes (default: the cluster's)")
-    common.add_argument("--allow-non-restored-state", action="store_true",
-                        help="start even if the savepoint holds state of an operator the new code lacks")
     upgrade_cmd = subparsers.add_parser(
         "upgrade", parents=[common], help="stop the crawl job with a savepoint, start the current code from it")
     upgrade_cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
@@ -229,6 +318,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "rescale", parents=[common], help="stop the crawl job with a savepoint, start it from it at another parallelism")
     rescale.add_argument("--parallelism", type=int, required=True, help="frontier shards (<= job.max_parallelism)")
     rescale.set_defaults(func=_cmd_rescale)
+    restore_cmd = subparsers.add_parser(
+        "restore", parents=[starts], help="start the crawl job from a savepoint or retained checkpoint")
+    restore_cmd.add_argument("path", help="the savepoint or checkpoint (chk-N) folder, or its URI")
+    restore_cmd.add_argument("--job-id", help="the job that left it: its arguments are reused")
+    restore_cmd.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                             help="change a setting of the job on the way (repeatable)")
+    restore_cmd.add_argument("--job-args", metavar="JSON",
+                             help="or the arguments of jobs/crawl.py as a JSON list of strings (as the job's "
+                                  f"configuration shows them under {JOB_ARGS_KEY})")
+    restore_cmd.set_defaults(func=_cmd_restore)
 
 
 def _cluster(args: argparse.Namespace) -> FlinkCluster:
@@ -238,7 +337,8 @@ def _cluster(args: argparse.Namespace) -> FlinkCluster:
 def _run(args: argparse.Namespace, overrides: list[str]) -> int:
     cluster = _cluster(args)
     done = upgrade(cluster, job_id=args.job_id, overrides=overrides, savepoint_dir=args.savepoint_dir,
-                   allow_non_restored_state=args.allow_non_restored_state)
+                   allow_non_restored_state=args.allow_non_restored_state,
+                   accept_retention_gap=args.accept_retention_gap)
     state = wait_running(cluster, done.new_job)
     outcome = {"stopped": done.old_job, "savepoint": done.savepoint, "started": done.new_job, "state": state,
                "dashboard": f"{cluster.rest_url}/#/job/running/{done.new_job}/overview"}
@@ -257,3 +357,17 @@ def _cmd_rescale(args: argparse.Namespace) -> int:
     if args.parallelism < 1:
         raise ValueError(f"--parallelism must be at least 1, got {args.parallelism}")
     return _run(args, [f"job.parallelism={args.parallelism}"])
+
+
+def _cmd_restore(args: argparse.Namespace) -> int:
+    cluster = _cluster(args)
+    job_args_ = restore_args(cluster, args.job_id, args.job_args, args.overrides)
+    new = restore(cluster, args.path, job_args_, accept_retention_gap=args.accept_retention_gap,
+                  allow_non_restored_state=args.allow_non_restored_state)
+    state = wait_running(cluster, new)
+    outcome = {"restored": args.path, "started": new, "state": state,
+               "dashboard": f"{cluster.rest_url}/#/job/running/{new}/overview"}
+    if state != "RUNNING":
+        outcome["failure"] = last_failure(cluster, new) or "no failure recorded"
+    print(json.dumps(outcome))
+    return 0 if state == "RUNNING" else 1

@@ -1,0 +1,217 @@
+"""Leases a failed or stopped run held end without charging the URL or the host (decision 3790).
+
+After a restore, a lease in the host row whose id names another run of the operator had its request
+or its answer lost with that run; its expiry re-queues the URL with the attempt it had, leaves the
+host's backoff and robots.txt state alone and is counted as `leases_orphaned`. A lease of this run
+that expires is still a timeout, charged as before. Pure logic first, then the operator's state glue
+(`HostFrontier`) across a simulated restore.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from operators.frontier import METRICS, HostFrontier
+from tests.unit.test_frontier_logic import HOST, NOW, P, admitted, completion, item, known, leased, robots_leased
+from tests.unit.test_frontier_logic import PrefixRules as AllowAll
+from tests.unit.test_frontier_logic_host import Map, PrefixRules, Value
+from udfs import frontier_logic as fl
+from udfs.frontier_logic import Robots, Step
+from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy, fetch_gap
+from udfs.urls import url_fp
+
+OLD_RUN, NEW_RUN = "0000000a-", "0000000b-"
+DEADLINE = NOW + P.lease_timeout_s
+
+
+def leased_in(run: str, it: fl.QueueItem | None = None, state: fl.HostState | None = None):
+    it = it or item("/a")
+    state = admitted(state or known(crawl_delay=2.0), it)
+    state, _ = fl.pop(state)
+    state, req, _ = fl.lease_page(state, it, AllowAll(), HOST, NOW, P, run)
+    return state, req
+
+
+# --- pure logic ---------------------------------------------------------------------------------
+
+
+def test_a_page_lease_of_an_earlier_run_goes_back_with_the_attempt_it_had_and_no_backoff():
+    state, req = leased_in(OLD_RUN, item("/a", attempt=1))
+    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    assert out.matched and out.orphaned and not out.parked and out.record is None
+    assert out.requeue.url == req["url"] and out.requeue.attempt == 1
+    assert after.lease is None and after.queued == 1 and after.backoff_s == 0.0
+    # the host's clock restarts at the expiry with its ordinary gap (crawl delay 2 s), no timeout backoff
+    assert after.next_allowed_at == DEADLINE + 2.0
+
+
+def test_an_orphaned_page_lease_is_never_parked_even_at_its_last_attempt():
+    state, _ = leased_in(OLD_RUN, item("/a", attempt=P.max_attempts - 1))
+    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    assert not out.parked and out.requeue.attempt == P.max_attempts - 1 and after.queued == 1
+
+
+def test_a_lease_of_this_run_is_still_charged_as_a_timeout():
+    state, _ = leased_in(NEW_RUN)
+    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    assert not out.orphaned and out.requeue.attempt == 1
+    assert after.backoff_s == DEFAULT_POLITENESS_POLICY.backoff_initial_s
+
+
+def test_without_a_run_every_expiry_is_charged_as_before():
+    state, _ = leased_in(OLD_RUN)
+    _, out = fl.expire_lease(state, DEADLINE)
+    assert not out.orphaned and out.requeue.attempt == 1
+
+
+def test_a_lease_id_from_before_runs_were_named_is_orphaned():
+    state, _ = leased()   # `host/<seq>`: what releases before decision 1604 wrote
+    assert not fl.issued_in_run(state.lease, NEW_RUN)
+    _, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    assert out.orphaned and out.requeue.attempt == 0
+
+
+def test_an_orphaned_lease_waits_for_its_deadline_like_any_other():
+    state, _ = leased_in(OLD_RUN)
+    assert fl.expire_lease(state, DEADLINE - 0.001, run=NEW_RUN) == (state, fl.Outcome(False))
+
+
+def test_an_orphaned_robots_lease_leaves_robots_state_as_it_was_and_leases_it_again():
+    state, _ = robots_leased()
+    state = dataclasses.replace(state, lease=dataclasses.replace(state.lease, lease_id=f"{HOST}/{OLD_RUN}1"))
+    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    assert out.orphaned and not out.robots_failed
+    assert after.robots is Robots.NONE and after.robots_failures == 0 and after.backoff_s == 0.0
+    assert fl.plan(after, after.next_allowed_at).step is Step.FETCH_ROBOTS
+
+
+def test_an_orphaned_robots_retry_keeps_the_failure_count_it_had():
+    state = known(robots=Robots.UNREACHABLE, robots_failures=2, robots_retry_at=NOW - 1)
+    state, _ = fl.lease_robots(admitted(state, item("/a")), HOST, 1, NOW, P, OLD_RUN)
+    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    assert out.orphaned and after.robots_failures == 2 and after.robots is Robots.UNREACHABLE
+    assert fl.plan(after, after.next_allowed_at).step is Step.FETCH_ROBOTS
+
+
+def test_orphaned_tdmrep_and_probe_leases_are_leased_again_with_no_verdict():
+    for kind in ("tdmrep", "probe"):
+        state = known()
+        lease = fl.Lease(f"{HOST}/{OLD_RUN}1", kind, DEADLINE, item("/x"))
+        after, out = fl.expire_lease(dataclasses.replace(state, lease=lease), DEADLINE, run=NEW_RUN)
+        assert out.orphaned and out.store_tdmrep is None and out.requeue is None
+        assert after.tdmrep_expires_at == state.tdmrep_expires_at and after.probe is state.probe
+
+
+def test_the_restarted_clock_never_moves_the_host_earlier():
+    state, _ = leased_in(OLD_RUN)
+    later = DEADLINE + 500.0
+    state = dataclasses.replace(state, next_allowed_at=later, backoff_s=40.0)   # set by the restored row
+    after, _ = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    assert after.next_allowed_at == later and after.backoff_s == 40.0
+    gap = fetch_gap(None, 0.0, 40.0, DEFAULT_POLITENESS_POLICY)
+    assert fl.orphan_lease(state, later + 1)[0].next_allowed_at == later + 1 + gap
+
+
+def test_a_late_completion_of_an_orphaned_lease_is_stale():
+    state, req = leased_in(OLD_RUN)
+    after, _ = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    _, out = fl.on_completion(after, completion(req), DEADLINE + 1)
+    assert not out.matched
+
+
+# --- the operator's state glue across a restore --------------------------------------------------
+
+
+class Subtask:
+    """One host's frontier state, and the frontier of the run that reads it (`restore` opens a new run
+    over the same rows, as Flink does after a failure); timers fire as Flink would."""
+
+    def __init__(self, politeness: PolitenessPolicy) -> None:
+        self.host_row, self.body, self.slots, self.urls = Value(), Value(), Map(), Map()
+        self.counts: collections.Counter[str] = collections.Counter()
+        self.politeness = politeness
+        self.timer = 0
+        self.now = NOW
+
+    def open(self, epoch: int) -> None:
+        self.counts.clear()   # a new run's counters start at zero
+        self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, PrefixRules,
+                                     fl.FrontierPolicy(lease_timeout_s=30), self.politeness, epoch=epoch)
+
+    def _count(self, name: str) -> None:
+        assert name in METRICS, name
+        self.counts[name] += 1
+
+    def _apply(self, effects) -> list[dict]:
+        if effects.timer_register_ms:
+            self.timer = effects.timer_register_ms
+        elif effects.timer_delete_ms:
+            self.timer = 0
+        return effects.requests
+
+    def event(self, event: dict) -> list[dict]:
+        return self._apply(self.frontier.on_event(HOST, event, self.now))
+
+    def fire(self) -> list[dict]:
+        """Move the clock to the registered timer and fire it."""
+        assert self.timer, "no timer registered"
+        at, self.timer = self.timer, 0
+        self.now = max(self.now, at / 1000)
+        return self._apply(self.frontier.on_timer(HOST, at, self.now))
+
+    @property
+    def state(self) -> fl.HostState:
+        return fl.HostState.from_row(self.host_row.value())
+
+
+def discovered(*paths: str) -> dict:
+    return {"v": 1, "type": "discovered", "host": HOST,
+            "urls": [{"url": f"http://{HOST}{p}", "fp": url_fp(f"http://{HOST}{p}"), "depth": 1, "priority": 5,
+                      "source": "link"} for p in paths]}
+
+
+def robots_404(request: dict, now: float) -> dict:
+    return {"v": 1, "type": "robots", "host": HOST, "lease_id": request["lease_id"], "fetch_status": "ok",
+            "http_status": 404, "fetched_at": now, "fetch_ms": 5.0, "body_b64": ""}
+
+
+def test_after_a_restore_the_failed_runs_lease_is_not_charged_and_its_url_keeps_its_attempt():
+    sub = Subtask(PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.0))
+    sub.open(epoch=0xA)
+    (robots,) = sub.event(discovered("/a", "/b"))
+    assert sub.event(robots_404(robots, sub.now)) == []
+    (first,) = sub.fire()
+    assert first["url"].endswith("/a") and first["attempt"] == 1 and "/0000000a-" in first["lease_id"]
+
+    sub.open(epoch=0xB)   # the run failed with /a in flight; the restore reads the rows as they were
+    assert sub.fire() == []          # the lease's deadline: ended uncharged, the host waits its usual gap
+    assert sub.counts["leases_orphaned"] == 1 and sub.counts["leases_expired"] == 0
+    assert sub.state.backoff_s == 0.0 and sub.state.next_allowed_at == sub.now + 1.0
+    (second,) = sub.fire()
+    assert second["url"].endswith("/b")   # /a went to the tail of its queue
+    sub.event(dict(completion(second), host=HOST, done_at=sub.now))
+    (again,) = sub.fire()
+    assert again["url"] == first["url"] and again["attempt"] == 1 and "/0000000b-" in again["lease_id"]
+    assert sub.event(dict(completion(first), host=HOST, done_at=sub.now)) == []   # the lost run's answer
+    assert sub.counts["completions_stale"] == 1
+
+
+def test_without_a_restore_the_same_expiry_is_a_charged_timeout():
+    sub = Subtask(PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.0))
+    sub.open(epoch=0xA)
+    (robots,) = sub.event(discovered("/a"))
+    sub.event(robots_404(robots, sub.now))
+    (first,) = sub.fire()
+    assert sub.fire() == []
+    assert sub.counts["leases_expired"] == 1 and sub.counts["leases_orphaned"] == 0
+    assert sub.state.backoff_s == DEFAULT_POLITENESS_POLICY.backoff_initial_s
+    (again,) = sub.fire()
+    assert again["url"] == first["url"] and again["attempt"] == 2
+
+
+def test_a_capture_the_writer_lost_puts_the_url_back_uncharged() -> None:
+    state, req = leased(known(crawl_delay=2.0, backoff_s=10.0), item("/lost", attempt=1))
+    state, out = fl.on_completion(state, completion(req, fetch_status="not_archived", capture=None), NOW + 1)
+    assert out.matched and out.orphaned and out.record is None
+    assert out.requeue is not None and out.requeue.attempt == 1 and out.requeue.url.endswith("/lost")
+    assert state.lease is None and state.backoff_s == 10.0 and state.parse_strikes == 0
