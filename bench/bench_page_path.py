@@ -26,7 +26,7 @@ import deflate as libdeflate
 from selectolax.lexbor import LexborHTMLParser
 from zlib_ng import zlib_ng
 
-from operators.parse import pack_payload, parse_result
+from udfs.page_facts import pack_payload, parse_result
 from tests.synthweb.generate import build_web, default_corpus
 from tests.synthweb.model import WebPolicy
 from tests.synthweb.render import Router

@@ -30,16 +30,19 @@ from pyflink.datastream.connectors.kafka import (
     KafkaOffsetResetStrategy,
     KafkaOffsetsInitializer,
     KafkaSource,
+    KafkaTopicPartition,
 )
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescriptor
 from pyflink.table.expressions import col
 
+from crawler.retention_gap import commit_offsets, start_offsets
 from operators.census import CENSUS_TAG, attach_census
 from operators.fetch import fetch_stage
 from operators.frontier import FRONTIER_EVENTS_TAG, FrontierFunction, attach_frontier, broadcast_controls
 from operators.keyed_union import keyed_row, keyed_row_type, keyed_union
 from operators.modes import set_python_mode
+from operators.retention_gap import RetentionGapCheck, restore_path
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
 from udfs.control import parse_control
@@ -163,7 +166,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                                 budgets=config.budgets if config.budgets.enabled else None,
                                 census=config.budgets.enabled and config.budgets.domain_shares,
                                 sitemaps=config.sitemaps if config.sitemaps.follow else None,
-                                thread_nice=config.job.frontier_nice)
+                                thread_nice=config.job.frontier_nice, control=config.control)
     # Keyed on each side, where each is decoded: no key-by vertex after the union, one hop and one Python
     # call per event fewer; each kind reaches the frontier on channels of its own (decision 1833).
     keyed_event = keyed_row_type(Types.STRING(), EVENT_TYPE)
@@ -204,12 +207,26 @@ def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None, job
     """`crawl.frontier`, `crawl.outcomes` and `crawl.control` from Kafka. A fresh job starts at `start_ms` (records
     produced from then on) or else at the group's committed offsets, else the earliest record; a job
     restored from a savepoint or checkpoint resumes at the offsets stored in it, whatever these say
-    (so commands sent while the job was stopped apply when it comes back)."""
+    (so commands sent while the job was stopped apply when it comes back).
 
-    def reader(topic: str, uid: str) -> Callable[[StreamExecutionEnvironment], DataStream]:
+    Where Kafka no longer keeps the offset a source resumes at (a job down longer than the topic's
+    retention), it goes on from the earliest record kept, never from the end; the job counts and reports
+    the records it skipped that way (operators/retention_gap.py, hung off the control source). A fresh
+    job from `start_ms` finds its starting offsets here, as the client builds the job, and commits them
+    to the group: the group's committed offsets are then always where a restart resumes (the sources
+    commit each checkpoint's), which is what the check compares with the broker (decision 3791)."""
+
+    def reader(topic: str, uid: str, check: bool = False) -> Callable[[StreamExecutionEnvironment], DataStream]:
         def build(env: StreamExecutionEnvironment) -> DataStream:
-            start = (KafkaOffsetsInitializer.timestamp(start_ms) if start_ms is not None
-                     else KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST))
+            # The reset strategy is also what a source does with an offset the broker no longer keeps: EARLIEST
+            # (Flink's timestamp initializer would use LATEST and skip every record not read yet).
+            start = KafkaOffsetsInitializer.committed_offsets(KafkaOffsetResetStrategy.EARLIEST)
+            if start_ms is not None and restore_path(env) is None:
+                offsets = start_offsets(bootstrap, topic, start_ms)
+                if offsets:
+                    commit_offsets(bootstrap, group_id, topic, offsets)
+                    start = KafkaOffsetsInitializer.offsets(
+                        {KafkaTopicPartition(topic, p): o for p, o in offsets.items()}, KafkaOffsetResetStrategy.EARLIEST)
             source = (KafkaSource.builder()
                       .set_bootstrap_servers(bootstrap)
                       .set_topics(topic)
@@ -220,12 +237,16 @@ def kafka_source(bootstrap: str, group_id: str, start_ms: int | None = None, job
                       .set_property("fetch.min.bytes", str(job.kafka_fetch_min_bytes))
                       .set_property("fetch.max.wait.ms", str(job.kafka_fetch_max_wait_ms))
                       .build())
-            return env.from_source(source, WatermarkStrategy.no_watermarks(), topic).uid(uid)
+            stream = env.from_source(source, WatermarkStrategy.no_watermarks(), topic).uid(uid)
+            if check:   # a branch that emits nothing: its open() checks the group against the retention
+                (stream.flat_map(RetentionGapCheck(bootstrap, group_id), output_type=Types.STRING())
+                 .uid("retention-gap-check").name("retention gap check"))
+            return stream
         return build
 
     return Sources(frontier=reader(TOPIC_FRONTIER, "frontier-source"),
                    outcomes=reader(TOPIC_OUTCOMES, "outcomes-source"),
-                   control=reader(TOPIC_CONTROL, "control-source"))
+                   control=reader(TOPIC_CONTROL, "control-source", check=True))
 
 
 # What the job writes. `crawl.control` is read by the job (operator commands), never written.

@@ -6,7 +6,8 @@ worker is busy. These metrics are CPU seconds, read where they are spent:
 - A process-mode operator (fetch, parse, the WARC writer) runs in a Python worker process that every
   Python operator of its slot group shares; it reports that process's CPU, all threads (the bundle
   thread, gRPC, the fetcher's event loop), as `worker_cpu_ms`, and the process id as `worker_pid`, so
-  that two operators in one worker are counted once.
+  that two operators in one worker are counted once. The CPU of the worker's sandboxed children (the
+  parse step's extraction, operators/sandbox.py) is the worker's too and is added to it.
 - A thread-mode operator (the frontier, the dedup steps) runs on its task's thread in the TaskManager;
   it reports that thread's CPU (its Python code, the state backend, the record handling of the task) as
   `thread_cpu_ms`, a counter moved to the level (a Python gauge there would crash the TaskManager,
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from operators.levels import Levels
@@ -27,9 +29,18 @@ THREAD_CPU = "thread_cpu_ms"
 THREAD_NICE = "thread_nice"
 
 
+# Callables giving CPU seconds this process's children used (each sandbox registers its own).
+_CHILD_CPU: list[Callable[[], float]] = []
+
+
+def add_child_cpu(source: Callable[[], float]) -> None:
+    """Count the CPU seconds `source` reports in this process's `worker_cpu_ms` (a sandbox's children)."""
+    _CHILD_CPU.append(source)
+
+
 def worker_cpu_ms() -> int:
-    """CPU milliseconds (user + system, all threads) this process has used."""
-    return int(time.process_time() * 1000)
+    """CPU milliseconds (user + system, all threads) this process and its sandboxed children have used."""
+    return int((time.process_time() + sum(source() for source in _CHILD_CPU)) * 1000)
 
 
 def thread_cpu_ms() -> int:

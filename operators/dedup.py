@@ -28,7 +28,7 @@ from pyflink.datastream.state import ValueStateDescriptor
 
 from operators.cpu import thread_cpu_level
 from operators.levels import Levels
-from operators.parse import ParsedBundle, payload_digest, payload_length
+from udfs.page_facts import ParsedBundle, payload_digest, payload_length
 from udfs.dedup import (DedupPolicy, DedupVerdict, OwnerRow, better, closest, decide_exact, decode_band, decode_owner,
                         encode_band, encode_owner, exact_candidate, insert, probe_keys, response_record_id,
                         unique_verdict)

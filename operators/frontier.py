@@ -29,6 +29,7 @@ from pyflink.datastream.functions import KeyedBroadcastProcessFunction
 from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from operators.census import CENSUS_TAG
+from operators.context import subtask_index
 from operators.cpu import THREAD_CPU, THREAD_NICE, lower_thread_priority, thread_cpu_ms, thread_nice
 from operators.levels import Levels
 from operators.resolver import load_pins
@@ -39,7 +40,7 @@ from udfs.census import host_seen
 from udfs.host_quality import DEFAULT_QUALITY_POLICY, QualityPolicy, priority_offset
 from udfs.host_quality import observe as observe_quality
 from udfs.latency import LEASE_TRIP_GAUGES, LeaseTrips
-from udfs.control_state import ControlTable, HostControls
+from udfs.control_state import DEFAULT_CONTROL_POLICY, ControlPolicy, ControlTable, HostControls, refused_status
 from udfs.netguard import FetchPolicy
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, TdmrepRules, ai_disallowed, parse_tdmrep, tdmrep_match
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
@@ -56,8 +57,9 @@ from udfs.urls import host_key, is_fp, url_fp
 
 # Counters under the metric group `frontier` (Scrapy-style stats: every drop and deny counted).
 METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
-    "released", "robots_leased", "robots_fetched", "robots_failed", "leases_expired", "parked",
+    "released", "robots_leased", "robots_fetched", "robots_failed", "leases_expired", "leases_orphaned", "parked",
     "requeued", "completions_stale", "events_malformed", "hosts_fast_growing", "controls_applied",
+    "controls_rejected",
     "bloom_reads_skipped", "bloom_false_positives", "bloom_hosts_loaded", "demoted_duplicate_host",
     fl.UrlStatus.MOVED_PERMANENTLY.value, fl.UrlStatus.REDIRECTED.value,
     # recrawl (issue #6): scheduled after a fetch, due (bucket entry moved to the recrawl lane), stale
@@ -71,6 +73,10 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "tdmrep_leased", "tdmrep_found", "tdmrep_absent", "tdm_file_reserved",
     # decision 1618: a ready host turned away because the subtask had its bound of leases out
     "budget_waits",
+    # decision 3702: pages that ended at a hostile parse limit, and hosts held for reaching max_parse_strikes
+    "parse_strikes", "hosts_held_parse_strikes",
+    # decision 3781: page completions whose capture the writer lost (requeued, nothing charged)
+    "completions_not_archived",
     # decision 1803: soft-404 probes leased, hosts whose probe was answered 200 (their pages are
     # checked), and pages found to be the host's "not found" page
     "probe_leased", "probe_suspect", "probe_by_tdmrep", "soft_404",
@@ -261,8 +267,15 @@ class HostFrontier:
             lease, previous = state.lease, self._leased_record(state)
             if lease is not None and lease.kind == "page" and event.get("lease_id") == lease.lease_id:
                 self._time_trip(lease, event, now)
+            strikes = state.parse_strikes
             state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls),
                                               *((previous, self.recrawl) if self.due is not None else (None, None)))
+            if outcome.orphaned:
+                self.count("completions_not_archived")
+            if state.parse_strikes > strikes:
+                self.count("parse_strikes")
+                if fl.is_held_for_parse_strikes(state, self.policy):
+                    self.count("hosts_held_parse_strikes")
             state = self._apply(state, outcome)
             if outcome.matched and outcome.record is not None and previous is not None and previous.canonical_of:
                 assert lease is not None
@@ -295,9 +308,11 @@ class HostFrontier:
             state = self._release_due(state, timer_ms, now)
         controls = self.controls.for_host(host)
         lease = state.lease
-        state, outcome = fl.expire_lease(state, now, self.policy, self._politeness_for(controls), self.robots_policy)
+        # A lease an earlier run issued (restored from a checkpoint) ends uncharged (decision 3790).
+        state, outcome = fl.expire_lease(state, now, self.policy, self._politeness_for(controls), self.robots_policy,
+                                         self.run)
         if outcome.matched:
-            self.count("leases_expired")
+            self.count("leases_orphaned" if outcome.orphaned else "leases_expired")
             if self.budget is not None and lease is not None:
                 self.budget.ended(lease.lease_id, now, completed=False)
             state = self._apply(state, outcome)
@@ -792,7 +807,8 @@ def broadcast_controls(controls: DataStream) -> BroadcastStream:
 
 
 # Records the frontier writes for other keys, as (topic, key, value): a sitemap another host serves
-# (crawl.frontier, decision 1812), a revised canonical verdict (crawl.status, decision 1820).
+# (crawl.frontier, decision 1812), a revised canonical verdict (crawl.status, decision 1820), a control
+# record it refuses (crawl.status, decision 3731).
 FRONTIER_EVENTS_TAG = OutputTag("frontier-events", Types.TUPLE([Types.STRING(), Types.STRING(),
                                                                  Types.PRIMITIVE_ARRAY(Types.BYTE())]))
 
@@ -815,8 +831,10 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  quality: QualityPolicy = DEFAULT_QUALITY_POLICY,
                  optout: OptOutPolicy | None = None, soft404: Soft404Policy | None = None,
                  budgets: BudgetPolicy | None = None, census: bool = False,
-                 sitemaps: SitemapPolicy | None = None, thread_nice: int = 0) -> None:
+                 sitemaps: SitemapPolicy | None = None, thread_nice: int = 0,
+                 control: ControlPolicy = DEFAULT_CONTROL_POLICY) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
+        self.control = control   # the job passes its `[control]` section: the cap on takedown patterns
         self.thread_nice = thread_nice   # the job passes `job.frontier_nice` (decision 1839)
         self.quality = quality
         # The job passes its `[optout]` section; a frontier built without one (test harnesses that
@@ -833,7 +851,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
         self.frontier: HostFrontier | None = None
         self.pins: dict[str, str] = {}
-        self.controls = ControlTable()
+        self.controls = ControlTable(control.max_takedown_patterns)
         self._started = False
 
     def open(self, runtime_context: RuntimeContext) -> None:
@@ -850,7 +868,9 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         group = runtime_context.get_metrics_group().add_group("frontier")
         counters = {name: group.counter(name) for name in METRICS}
         self.count = lambda name: counters[name].inc()
-        self.controls, self._started = ControlTable(), False
+        self.controls, self._started = ControlTable(self.control.max_takedown_patterns), False
+        # Every subtask refuses the same control records (one table, one order); one of them reports it.
+        self._reports_refusals = subtask_index(runtime_context) == 0
         seen = SeenFilter(self.bloom) if self.bloom.enabled else None
         gauges = FrontierGauges()
 
@@ -895,12 +915,17 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
 
     def process_broadcast_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.Context):
         self._start_run(ctx)
+        refused = self.controls.refusal(value)
+        if refused is not None:   # a takedown pattern over the cap (decision 3731)
+            if self._reports_refusals:
+                self.count("controls_rejected")
+                yield FRONTIER_EVENTS_TAG, refused_status(refused, value)
+            return
         state = ctx.get_broadcast_state(CONTROL_STATE)
         for key, row in self.controls.rows_for(value):
             state.put(key, row)
             self.controls.apply_row(key, row)
         self.count("controls_applied")
-        return iter(())
 
     def on_timer(self, timestamp: int, ctx: KeyedBroadcastProcessFunction.OnTimerContext):
         self._start_run(ctx)

@@ -43,6 +43,7 @@ SECTIONS: dict[str, str] = {
     "discovery": "udfs.recent:DiscoveryPolicy",
     "soft404": "udfs.soft404:Soft404Policy",
     "budgets": "udfs.budgets:BudgetPolicy",
+    "control": "udfs.control_state:ControlPolicy",
 }
 
 

@@ -50,7 +50,7 @@ from udfs.host_quality import HostQuality
 from udfs.inlinks import SKETCH_BITS, inlink_estimate, linked_from
 from udfs.politeness import (DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy, classify_health, next_allowed_at,
                              next_backoff)
-from udfs.records import PRIORITY_SITEMAP, FetchRequest, FetchStatus
+from udfs.records import HOSTILE_PARSE_LIMITS, PRIORITY_SITEMAP, FetchRequest, FetchStatus
 from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, PageValue, RecrawlPolicy, UrlHistory,
                           change_rate, choose_tier, classify, lastmod_forward, next_due, observe, split, tier_of,
                           tier_weights, value_weight)
@@ -138,6 +138,11 @@ class FrontierPolicy:
         delete links it has not read (1 h; the local broker keeps 7 days, k8s/kafka-topics.yaml 30).
         Works with the release bound (`release_target_s` > 0); 0 turns the brake off, otherwise at
         least 60 s (a page's own trip from its fetch to the frontier takes seconds).
+    max_parse_strikes: pages of one host that may end at a hostile parse limit (nesting too deep, the
+        sandbox's CPU or memory budget, a crashed parser: udfs.records.HOSTILE_PARSE_LIMITS) before the
+        host is held; each such page also counts as a failure for the host's backoff (3; decision 3702).
+    parse_strike_hold_s: how long a host at `max_parse_strikes` is held: no request of it goes out until
+        then, and every further strike holds it again (1 day).
     """
 
     robots_agent: str = DEFAULT_USER_AGENT
@@ -157,6 +162,8 @@ class FrontierPolicy:
     min_leases_out: int = 256
     max_leases_out: int = 100_000
     max_discovery_lag_s: float = 3_600.0
+    max_parse_strikes: int = 3
+    parse_strike_hold_s: float = 86_400.0
 
     @property
     def lease_budget_s(self) -> float:
@@ -167,13 +174,13 @@ class FrontierPolicy:
         if not self.robots_agent.strip():
             raise ValueError("frontier.robots_agent must not be empty")
         for name in ("max_queue", "max_urls_per_host", "max_attempts", "max_pops_per_call", "fast_growth_urls",
-                     "min_leases_out"):
+                     "min_leases_out", "max_parse_strikes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"frontier.{name} must be at least 1, got {getattr(self, name)!r}")
         if self.max_redirect_hops < 0:
             raise ValueError(f"frontier.max_redirect_hops must be at least 0, got {self.max_redirect_hops!r}")
         for name in ("lease_timeout_s", "robots_retry_max_s", "recrawl_after_s", "fast_growth_window_s",
-                     "control_poll_s", "due_bucket_s"):
+                     "control_poll_s", "due_bucket_s", "parse_strike_hold_s"):
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"frontier.{name} must be a finite number > 0, got {value!r}")
@@ -584,6 +591,7 @@ class HostState:
     domain: BudgetRow | None = None  # its share of its domain's budget (None: the census has not answered; 1811)
     census_at: float = 0.0          # when the host last asked the domain census (0 = never; decision 1811)
     lists_sitemap: bool = False     # its robots.txt lists a sitemap on the host (raises its importance; 1812)
+    parse_strikes: int = 0          # its pages that ended at a hostile parse limit (decision 3702)
 
     @property
     def queued(self) -> int:
@@ -628,7 +636,7 @@ class HostState:
             "seeded": self.seeded, "min_depth": self.min_depth, "inlinks": self.inlinks,
             "domain": None if self.domain is None else [self.domain.share, self.domain.page_tokens,
                                                         self.domain.url_tokens, self.domain.at],
-            "census_at": self.census_at, "sitemap": self.lists_sitemap,
+            "census_at": self.census_at, "sitemap": self.lists_sitemap, "parse_strikes": self.parse_strikes,
         })
 
     @staticmethod
@@ -673,6 +681,7 @@ class HostState:
             # rows before decision 1811 have no domain share yet: the host asks the census at its next event
             domain=None if domain is None else BudgetRow(Scope.DOMAIN, domain[0], domain[1], domain[2], domain[3]),
             census_at=data.get("census_at", 0.0), lists_sitemap=data.get("sitemap", False),
+            parse_strikes=data.get("parse_strikes", 0),
         )
 
 
@@ -1239,7 +1248,7 @@ def _end_preflight(state: HostState, event: dict[str, Any], now: float,
     health = classify_health(error, status, retry_after)
     fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
     state = _paced(replace(state, lease=None, ip=learned_ip(state, event)), health, fetch_s, retry_after, now,
-                   politeness)
+                   politeness, _number(event.get("fetched_at")))
     return state, error, status
 
 
@@ -1327,6 +1336,7 @@ class Outcome:
     change: Change | None = None     # what a refetch saw (None: a first fetch, or one that says nothing)
     recrawl: bool = False            # the lease was a recrawl-lane URL
     url: str | None = None           # the leased URL (to put it in a due bucket when `record.due` is set)
+    orphaned: bool = False           # an expired lease an earlier run issued: nothing charged (decision 3790)
 
 
 _RETRY_HEALTH = {Health.THROTTLED, Health.SERVER_ERROR, Health.TIMEOUT, Health.UNREACHABLE}
@@ -1343,9 +1353,12 @@ def _retry_or_park(state: HostState, item: QueueItem, now: float,
 
 
 def _paced(state: HostState, health: Health, fetch_s: float, retry_after: float | None, now: float,
-           politeness: PolitenessPolicy) -> HostState:
+           politeness: PolitenessPolicy, answered_at: float | None = None) -> HostState:
+    """The host's pacing after an outcome: its gap counts from `now`, a Retry-After from `answered_at`,
+    when the fetcher had the answer (the event's done_at / fetched_at), as the server meant it."""
     backoff = next_backoff(state.backoff_s, health, politeness)
-    at = next_allowed_at(now, state.crawl_delay, fetch_s, backoff, retry_after, politeness)
+    at = next_allowed_at(now, state.crawl_delay, fetch_s, backoff, retry_after, politeness,
+                         answered_at=answered_at)
     return replace(state, backoff_s=backoff, next_allowed_at=at)
 
 
@@ -1401,13 +1414,20 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
             or event.get("fp") != lease.item.fp:
         return state, Outcome(False)
     fetch_status = event.get("fetch_status")
+    if fetch_status == FetchStatus.NOT_ARCHIVED.value:   # the writer lost the capture, not the host: again, uncharged
+        return orphan_lease(state, now, politeness)
     http_status = event.get("http_status")
     retry_after = _number(event.get("retry_after"))
     health = classify_health(fetch_status if isinstance(fetch_status, str) else FetchStatus.ERROR.value,
                              http_status if isinstance(http_status, int) else None, retry_after)
+    parse_limit = event.get("parse_limit")
+    hostile = isinstance(parse_limit, str) and parse_limit in HOSTILE_PARSE_LIMITS
     fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
-    state = _paced(replace(state, lease=None, ip=learned_ip(state, event)), health, fetch_s, retry_after, now,
-                   politeness)
+    state = _paced(replace(state, lease=None, ip=learned_ip(state, event)),
+                   Health.HOSTILE if hostile and health is Health.HEALTHY else health, fetch_s, retry_after, now,
+                   politeness, _number(event.get("done_at")))
+    if hostile:
+        state = parse_strike(state, now, policy)
     if health in _RETRY_HEALTH:
         return _retry_or_park(state, lease.item, now, policy)
     moved = _redirect_status(fetch_status, http_status, event.get("redirect"))
@@ -1427,6 +1447,21 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
                               url=lease.item.url)
     record = UrlRecord(UrlStatus.GONE if http_status in GONE_STATUSES else UrlStatus.DONE, now, etag, modified)
     return state, Outcome(True, record, lease.item.fp, recrawl=lease.item.recrawl)
+
+
+def parse_strike(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> HostState:
+    """The host after one of its pages ended at a hostile parse limit (decision 3702): one strike more, and
+    from `max_parse_strikes` on, held until `parse_strike_hold_s` from now (a later hold never shortens one)."""
+    strikes = min(state.parse_strikes + 1, 1 << 30)
+    if strikes < policy.max_parse_strikes:
+        return replace(state, parse_strikes=strikes)
+    return replace(state, parse_strikes=strikes,
+                   next_allowed_at=max(state.next_allowed_at, now + policy.parse_strike_hold_s))
+
+
+def is_held_for_parse_strikes(state: HostState, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> bool:
+    """Whether the host has reached the strikes that hold it (the operator counts the hosts it holds)."""
+    return state.parse_strikes >= policy.max_parse_strikes
 
 
 GONE_STATUSES = (404, 410)   # a final answer that the resource is not there (RFC 9110 §15.5.5, §15.5.11)
@@ -1544,7 +1579,8 @@ def on_robots(state: HostState, event: dict[str, Any], rules: RulesLike | None, 
     if verdict is Robots.UNREACHABLE:
         delay = None if row.retry else row.ttl_s
         state = _robots_failed(state, now, delay, policy, robots_policy)
-        return _paced(state, Health.SERVER_ERROR, fetch_s, None, now, politeness), Outcome(True, robots_failed=True)
+        return (_paced(state, Health.SERVER_ERROR, fetch_s, _number(event.get("retry_after")), now, politeness,
+                       _number(event.get("fetched_at"))), Outcome(True, robots_failed=True))
     crawl_delay = state.crawl_delay if row.verdict is RobotsVerdict.NOT_MODIFIED else None
     if row.verdict is RobotsVerdict.PARSE and rules is not None:
         try:
@@ -1565,16 +1601,24 @@ def on_robots(state: HostState, event: dict[str, Any], rules: RulesLike | None, 
 
 def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
-                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY) -> tuple[HostState, Outcome]:
+                 robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
+                 run: str = "") -> tuple[HostState, Outcome]:
     """At a timer: a lease past its deadline ends with no completion (at-least-once, §1).
 
     A page goes back to its queue with attempt + 1 (parked at max_attempts); a robots lease counts as
     an unreachable robots.txt; a tdmrep lease as no file until the robots.txt TTL (decision 1930).
     All raise the host's backoff like a timeout.
+
+    `run` names the operator's run as its lease ids do (`_lease`; "" = unknown, every lease is
+    charged). A lease that another run issued was restored from a checkpoint or savepoint: its request
+    or its answer was lost with the run that failed or stopped, which says nothing about the URL or the
+    host, so it ends without a charge (`orphan_lease`, decision 3790).
     """
     lease = state.lease
     if lease is None or now < lease.deadline:
         return state, Outcome(False)
+    if run and not issued_in_run(lease, run):
+        return orphan_lease(state, now, politeness)
     state = _paced(replace(state, lease=None), Health.TIMEOUT, 0.0, None, now, politeness)
     if lease.kind == "robots":
         return _robots_failed(state, now, None, policy, robots_policy), Outcome(True, robots_failed=True)
@@ -1583,6 +1627,29 @@ def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_
     if lease.kind == "probe":
         return replace(state, probe=no_answer(now)), Outcome(True)
     return _retry_or_park(state, lease.item, now, policy)
+
+
+def issued_in_run(lease: Lease, run: str) -> bool:
+    """Whether `run` (the operator run's tag, `_lease`) issued the lease: its id is `host/<run><seq>`.
+    Ids of releases before decision 1604 (`host/<seq>`) name no run, so no run of today issued them."""
+    return lease.lease_id.rpartition("/")[2].startswith(run)
+
+
+def orphan_lease(state: HostState, now: float,
+                 politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
+    """End the host's lease without charging the URL or the host (decision 3790): a page goes back to
+    the tail of its queue with the attempt it had, robots.txt, tdmrep.json or the probe is leased again
+    as if never tried, and the backoff stays as it is. Only the host's clock restarts (never earlier
+    than it stood): the lost run may have sent the request at any time up to the lease's deadline."""
+    lease = state.lease
+    if lease is None:
+        return state, Outcome(False)
+    gap_end = next_allowed_at(now, state.crawl_delay, 0.0, state.backoff_s, None, politeness)
+    state = replace(state, lease=None, next_allowed_at=max(state.next_allowed_at, gap_end))
+    if lease.kind != "page":
+        return state, Outcome(True, orphaned=True)
+    state, slot = push(state, lease.item)
+    return state, Outcome(True, None, lease.item.fp, lease.item, slot, orphaned=True)
 
 
 def timer_ms(at: float) -> int:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
+from udfs.html_limits import document_cut
 from udfs.optout import meta_names
 from udfs.text import decode_html, detect_language, primary_language, squash
 from udfs.urls import DEFAULT_URL_POLICY, normalize_url, written_order
@@ -48,6 +49,18 @@ class ExtractPolicy:
     detect_language: bool = True
     # `<meta name content>` pairs kept for the opt-out decision (`Extraction.meta`), first ones first.
     max_meta: int = 32
+    # The tree is built of the text before the first tag that would nest deeper than `max_depth` elements
+    # (a browser's own cap is 512) or open more than `max_elements`: a tree builder's cost grows with
+    # elements times depth, so these two bound it (udfs.html_limits, decision 3700).
+    max_depth: int = 512
+    max_elements: int = 50_000
+    # What extracting one page may cost, enforced by the parse operator's sandboxed worker process
+    # (operators/sandbox.py, decision 3701): CPU seconds, and MiB of memory above the worker's own.
+    # A page over either ends as a `parse_limit` outcome: archived, not published, charged to its host.
+    cpu_budget_s: float = 1.0
+    memory_budget_mb: int = 1024
+    # false: extract in the parse operator's own process, with no CPU or memory budget (tests, benchmarks).
+    sandbox: bool = True
 
     def __post_init__(self) -> None:
         token = self.user_agent_token
@@ -58,6 +71,14 @@ class ExtractPolicy:
         for name in ("max_links", "max_anchor_chars", "max_title_chars", "max_text_chars", "max_meta"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+        for name in ("max_depth", "max_elements"):
+            if getattr(self, name) < 32:
+                raise ValueError(f"extract.{name} must be at least 32 (real pages nest about 30 deep), "
+                                 f"got {getattr(self, name)}")
+        if not 0.05 <= self.cpu_budget_s <= 600:
+            raise ValueError(f"extract.cpu_budget_s must be within [0.05, 600] seconds, got {self.cpu_budget_s!r}")
+        if not 64 <= self.memory_budget_mb <= 65536:
+            raise ValueError(f"extract.memory_budget_mb must be within [64, 65536], got {self.memory_budget_mb!r}")
 
 
 DEFAULT_POLICY = ExtractPolicy()
@@ -108,6 +129,9 @@ class Extraction:
     # document order, at most `max_meta`: what the opt-out decision reads (udfs.optout.decide)
     meta: tuple[tuple[str, str], ...] = ()
     error: str | None = None             # the parser failed on this body; fields are partial
+    # "depth" or "elements": the tree was built of the text before that cap (ExtractPolicy.max_depth,
+    # max_elements); every field is then the prefix's
+    limit: str | None = None
 
 
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
@@ -126,7 +150,6 @@ _LINK_VALUE = re.compile(r"<([^>]*)>((?:\s*;\s*[^;,<]*)*)")
 _REL_PARAM = re.compile(r"""\brel\s*=\s*(?:"([^"]*)"|([^\s;,"]+))""", re.IGNORECASE)
 _REFRESH_DELAY = re.compile(r"[0-9]*(?:\.[0-9]*)?")
 _REFRESH_URL = re.compile(r"url[ \t\n\r\f]*=[ \t\n\r\f]*", re.IGNORECASE)
-_HIDDEN_ANCESTORS = frozenset({"noscript", "template"})
 
 
 def _header_pairs(headers: Headers) -> list[tuple[str, str]]:
@@ -212,23 +235,17 @@ def parse_refresh(content: str) -> tuple[float, str | None] | None:
     return delay, (rest or None)
 
 
-def _visible(node: LexborNode) -> bool:
-    """Not inside <noscript> or <template>: content a browser with scripting would not act on."""
-    parent = node.parent
-    while parent is not None:
-        if parent.tag in _HIDDEN_ANCESTORS:
-            return False
-        parent = parent.parent
-    return True
+def _visible(tree: LexborHTMLParser, selector: str) -> list[LexborNode]:
+    """The elements `selector` matches that are not inside <noscript> or <template>: content a browser with
+    scripting would act on. One pass of lexbor's selector engine for each list, whatever the nesting."""
+    hidden = {node.mem_id for node in tree.css(f"noscript {selector}, template {selector}")}
+    return [node for node in tree.css(selector) if node.mem_id not in hidden]
 
 
-def _in_head(node: LexborNode) -> bool:
-    parent = node.parent
-    while parent is not None:
-        if parent.tag == "head":
-            return True
-        parent = parent.parent
-    return False
+def _head_links(tree: LexborHTMLParser) -> list[LexborNode]:
+    """`<link rel href>` elements of the document's <head>, in document order."""
+    head = tree.head
+    return head.css("link[rel][href]") if head is not None else []
 
 
 def _normalize(url: str, base: str | None, url_policy: UrlPolicy | None) -> str | None:
@@ -293,23 +310,23 @@ def _extract_html(
     meta_names: frozenset[str],
 ) -> Extraction:
     html, charset = decode_html(body, content_type)
+    cut = document_cut(html, policy.max_depth, policy.max_elements)
     # Parsed as a browser with scripting enabled (as Googlebot renders): <noscript> content is text, so
     # a tracking pixel in <noscript> cannot push <link rel=canonical> out of <head>, and a <base> or
     # refresh inside <noscript> is not obeyed (docs/decisions/0300).
-    tree = LexborHTMLParser(html, scripting=True)
+    tree = LexborHTMLParser(html if cut is None else html[:cut.offset], scripting=True)
     agent = policy.user_agent_token.lower()
 
     base = url
-    for node in tree.css("base[href]"):
-        if _visible(node):
-            resolved = _normalize(node.attributes.get("href") or "", url, url_policy)
-            if resolved:
-                base = resolved
-            break  # HTML §4.2.3: only the first <base href> counts
+    for node in _visible(tree, "base[href]")[:1]:  # HTML §4.2.3: only the first <base href> counts
+        resolved = _normalize(node.attributes.get("href") or "", url, url_policy)
+        if resolved:
+            base = resolved
 
     robots_values: list[str] = []
     kept_meta: list[tuple[str, str]] = []
     refresh = (head_only.refresh_delay, head_only.refresh) if head_only.refresh_delay is not None else None
+    visible_meta: set[int] | None = None   # computed at the first refresh candidate
     for meta in tree.css("meta"):
         attrs = meta.attributes
         name = (attrs.get("name") or "").strip().lower()
@@ -317,7 +334,11 @@ def _extract_html(
             kept_meta.append((name, (attrs.get("content") or "")[:MAX_META_CONTENT_CHARS]))
         if name in ("robots", agent):
             robots_values.append(attrs.get("content") or "")
-        elif refresh is None and (attrs.get("http-equiv") or "").strip().lower() == "refresh" and _visible(meta):
+        elif refresh is None and (attrs.get("http-equiv") or "").strip().lower() == "refresh":
+            if visible_meta is None:
+                visible_meta = {node.mem_id for node in _visible(tree, "meta")}
+            if meta.mem_id not in visible_meta:
+                continue
             parsed = parse_refresh(attrs.get("content") or "")
             if parsed is not None:
                 delay, target = parsed
@@ -331,8 +352,8 @@ def _extract_html(
 
     canonical = head_only.canonical
     if canonical is None:
-        for node in tree.css("link[rel][href]"):
-            if "canonical" in (node.attributes.get("rel") or "").lower().split() and _in_head(node):
+        for node in _head_links(tree):
+            if "canonical" in (node.attributes.get("rel") or "").lower().split():
                 canonical = _normalize(node.attributes.get("href") or "", base, url_policy)
                 break
 
@@ -367,6 +388,7 @@ def _extract_html(
         links_invalid=invalid,
         links_over_cap=over_cap,
         meta=tuple(kept_meta),
+        limit=None if cut is None else cut.reason,
     )
 
 

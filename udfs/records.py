@@ -47,9 +47,20 @@ class FetchStatus(str, enum.Enum):
     TOO_SLOW = "too_slow"          # transfer speed under the minimum
     BAD_CONTENT_TYPE = "bad_content_type"  # not a type we archive/parse (headers kept, body dropped)
     ERROR = "error"                # anything else; the reason says what
+    # Written by the WARC writer on a completion, never by the fetcher: the page was fetched but its
+    # capture never became durable (a full disk, a staged file lost); fetched again, nothing charged (3781)
+    NOT_ARCHIVED = "not_archived"
 
 
 PRIORITY_SITEMAP = 1   # a host's sitemaps come before its links (priority 5) and redirect targets (4)
+
+# Why the parse step stopped reading a page (a Completion's and a ParsedPage's `parse_limit`; decision 3700):
+# the nesting or element cap before the tree was built (the page is published with what came before it),
+# or the sandboxed extraction's CPU or memory budget, or its crash (the page is archived, not published).
+PARSE_LIMITS = ("depth", "elements", "cpu", "memory", "crashed")
+# The ones that say a page was built to cost its parser: they count against its host (decision 3702).
+# "elements" is a size cap, like the body's, that big honest pages reach too.
+HOSTILE_PARSE_LIMITS = frozenset({"depth", "cpu", "memory", "crashed"})
 
 
 class UrlEntry(TypedDict):
@@ -132,6 +143,7 @@ class Completion(TypedDict):
     duplicate: NotRequired[bool]        # an exact duplicate of another URL's payload
     near_duplicate: NotRequired[bool]   # within the SimHash distance of a page already seen
     soft_404: NotRequired[bool]         # the host's "not found" page served as a 200 (decision 1803)
+    parse_limit: NotRequired[str]       # the parse limit the page met, one of PARSE_LIMITS (decision 3700)
 
 
 class PreflightResult(TypedDict):
@@ -156,6 +168,7 @@ class RobotsResult(PreflightResult):
 
     type: Literal["robots"]
     body_b64: str               # robots.txt body (capped by RobotsPolicy), base64
+    retry_after: NotRequired[float | None]   # seconds, from a 429/503's Retry-After (counted from fetched_at)
     gate_key: NotRequired[str]  # written by jobs before decision 1612 (an IP gate between frontier and fetcher); ignored
 
 
@@ -165,6 +178,7 @@ class TdmrepResult(PreflightResult):
 
     type: Literal["tdmrep"]
     body_b64: str
+    retry_after: NotRequired[float | None]   # seconds, from a 429/503's Retry-After (counted from fetched_at)
 
 
 class ProbeResult(PreflightResult):
@@ -280,6 +294,8 @@ class ParsedPage(TypedDict):
     warc_length: int
     optout: NotRequired[dict[str, Any]]   # {"reserved": bool, "reason": str} (udfs.optout; decision 1203)
     canonical: NotRequired[dict[str, str]]   # {"url", "trust", "reason"} (udfs.canonical; decision 1804)
+    # "depth" or "elements": text and links are those of the page's text before that parse cap (decision 3700)
+    parse_limit: NotRequired[str]
 
 
 class CanonicalRevised(TypedDict):

@@ -21,7 +21,7 @@ from warcio.archiveiterator import ArchiveIterator
 import pickle
 
 from operators.dedup import join_key, owner_capture, probe_of, unpaired_verdict
-from operators.parse import ParsedBundle, parse_result
+from udfs.page_facts import ParsedBundle, parse_result
 from operators.warc_writer import Location, bundle_records, events_for
 from tests.warc_validators import all_validators, jwarc_available, warcio_check
 from udfs.dedup import DedupPolicy, NearMatch, decide_exact, response_record_id, unique_verdict

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import random
 
-from tests.synthweb.model import METADATA_IP, Behaviour, Host, Page, RobotsVariant, Web, base_url
+from tests.synthweb.model import METADATA_IP, NESTING_BOMB_TAGS, Behaviour, Host, Page, RobotsVariant, Web, base_url
 
 SSRF_METADATA_URL = f"http://{METADATA_IP}/latest/meta-data/"
 SPECIAL_SHARE = 0.05   # same-host links that lead to a trap or hostile page on such hosts
@@ -38,6 +38,8 @@ def entrances(host: Host, web: Web) -> list[str]:
         out.append("/huge.html")
     if Behaviour.GZIP_BOMB in b:
         out.append("/bomb.html")
+    if Behaviour.NESTING_BOMB in b:
+        out += [f"/nested/{tag}.html" for tag in NESTING_BOMB_TAGS]
     if Behaviour.REDIRECTS in b:
         out += ["/loop/a", f"/chain/{web.policy.redirect_chain_length}"]
     if Behaviour.SSRF_BAIT in b:

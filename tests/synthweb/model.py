@@ -46,9 +46,15 @@ class Behaviour(str, enum.Enum):
     EXACT_DUPLICATES = "exact_duplicates"  # /print/<path> serves the same bytes as <path>
     CHANGING = "changing"              # pages change fast over the simulated clock
     SSRF_BAIT = "ssrf_bait"            # links and redirects to the denied range and 169.254.169.254
+    NESTING_BOMB = "nesting_bomb"      # /nested/<tag>.html: a few KB of gzip holding `nesting_bomb_depth` nested tags
 
 
 ALL_BEHAVIOURS: frozenset[Behaviour] = frozenset(Behaviour)
+# Behaviours handed out unless a policy names its own. The parser bombs are asked for by name, so the
+# webs of the tests and benchmarks built before them keep the hosts they had.
+DEFAULT_BEHAVIOURS: frozenset[Behaviour] = ALL_BEHAVIOURS - {Behaviour.NESTING_BOMB}
+# The tags a nesting bomb nests (tests/synthweb/render.py `nesting_bomb`): blocks, lists and inline ones.
+NESTING_BOMB_TAGS = ("div", "section", "ul", "blockquote", "span")
 METADATA_IP = "169.254.169.254"
 
 # Shares close to the real corpus (webdata README: 3.3% HTML error pages, 18% Crawl-delay,
@@ -97,9 +103,10 @@ class WebPolicy:
     gptbot_disallow_share: float = 0.0       # hosts whose rules robots.txt also disallows GPTBot everything
     noai_share: float = 0.0                  # hosts whose HTML pages send `X-Robots-Tag: noai`
     tdmrep_share: float = 0.0                # hosts serving a /.well-known/tdmrep.json reserving all or a section
-    behaviours: frozenset[Behaviour] = ALL_BEHAVIOURS  # which behaviours may be handed out
+    behaviours: frozenset[Behaviour] = DEFAULT_BEHAVIOURS  # which behaviours may be handed out
     huge_page_bytes: int = 20 * 1024 * 1024
     gzip_bomb_bytes: int = 200 * 1024 * 1024
+    nesting_bomb_depth: int = 1_000_000
     drip_chunk_bytes: int = 256
     drip_interval: float = 0.5
     drip_chunks: int = 20
@@ -158,7 +165,7 @@ class WebPolicy:
             raise ValueError("crawl_delays must be positive seconds")
         if self.clock_speed <= 0:
             raise ValueError(f"clock_speed must be positive, got {self.clock_speed}")
-        for name in ("huge_page_bytes", "gzip_bomb_bytes", "drip_chunk_bytes", "drip_chunks",
+        for name in ("huge_page_bytes", "gzip_bomb_bytes", "nesting_bomb_depth", "drip_chunk_bytes", "drip_chunks",
                      "rate_limit_every", "flaky_every", "redirect_chain_length", "deep_trap_fanout"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")

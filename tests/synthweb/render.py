@@ -24,7 +24,7 @@ from tests.synthweb.cache import ByteBoundedCache
 from tests.synthweb.clock import ChangeTracker, SimClock
 from tests.synthweb.corpus import LINK, SELF, Corpus, Template
 from tests.synthweb.links import SSRF_METADATA_URL, denied_bait_url, page_links, with_session
-from tests.synthweb.model import Behaviour, Host, Page, RobotsVariant, Web, base_url
+from tests.synthweb.model import NESTING_BOMB_TAGS, Behaviour, Host, Page, RobotsVariant, Web, base_url
 from tests.synthweb.robots import INDEX_CHILDREN, MOVED_PATH, robots_answer, rules_body, sitemap_path
 from tests.synthweb.tdmrep import TDMREP_PATH, tdmrep_body
 
@@ -32,6 +32,7 @@ HTML = "text/html; charset=utf-8"
 _CALENDAR = re.compile(r"^/calendar/(\d{4})/(\d{2})/$")
 _DEEP = re.compile(r"^/deep/((?:[a-z]/)+)$")
 _CHAIN = re.compile(r"^/chain/(\d+)$")
+_NESTED = re.compile(r"^/nested/([a-z]+)\.html$")
 _PDF = b"%PDF-1.4\n1 0 obj << /Type /Catalog >> endobj\ntrailer << /Root 1 0 R >>\n%%EOF\n"
 _STREAM_CHUNK = 64 * 1024
 
@@ -72,6 +73,23 @@ def gzip_bomb(size: int) -> bytes:
     while left > 0:
         out.append(c.compress(block[:min(left, len(block))]))
         left -= len(block)
+    out.append(c.flush())
+    return b"".join(out)
+
+
+@lru_cache(maxsize=8)
+def nesting_bomb(tag: str, depth: int) -> bytes:
+    """A gzip member of an HTML page whose body nests `depth` `<tag>` elements (1,000,000 `<div>`: 5 MB of
+    markup in about 10 KB), with a link home before them and a canonical link in every level's reach."""
+    c = zlib.compressobj(9, zlib.DEFLATED, 31)
+    out = [c.compress(f'<!DOCTYPE html><html><head><title>Nested {tag}</title></head><body>'
+                      f'<a href="/">home</a>'.encode())]
+    block = f"<{tag}>".encode() * 10_000
+    left = depth
+    while left > 0:
+        out.append(c.compress(block[:len(f"<{tag}>") * min(left, 10_000)]))
+        left -= 10_000
+    out.append(c.compress(b'<link rel="canonical" href="/"></body></html>'))
     out.append(c.flush())
     return b"".join(out)
 
@@ -280,6 +298,9 @@ class Router:
                          stream_length=p.huge_page_bytes)
         if Behaviour.GZIP_BOMB in b and path == "/bomb.html":
             return Reply(200, [("Content-Type", HTML)], gzip_bomb(p.gzip_bomb_bytes), content_encoding="gzip")
+        if Behaviour.NESTING_BOMB in b and (m := _NESTED.match(path)) and m.group(1) in NESTING_BOMB_TAGS:
+            return Reply(200, [("Content-Type", HTML)], nesting_bomb(m.group(1), p.nesting_bomb_depth),
+                         content_encoding="gzip")
         if Behaviour.REDIRECTS in b:
             if path in ("/loop/a", "/loop/b"):
                 return _redirect(302, "/loop/b" if path == "/loop/a" else "/loop/a")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from bench.bench_page_path import fetch_result, main, served_pages
-from operators.parse import parse_result
+from udfs.page_facts import parse_result
 
 
 def test_served_pages_are_html_pages_the_parse_step_reads_with_their_links() -> None:

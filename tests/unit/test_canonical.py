@@ -5,7 +5,7 @@ from __future__ import annotations
 import jsonschema
 import pytest
 
-from operators.parse import parse_result
+from udfs.page_facts import parse_result
 from operators.warc_writer import discovered_batches, parsed_page
 from tests.paths import ROOT
 from udfs.canonical import CONFIRMED, HINT, IGNORED, judge_canonical

@@ -237,3 +237,18 @@ def test_an_expired_tdmrep_lease_releases_the_pages():
 def test_the_flink_shell_fetches_the_file_only_with_the_jobs_optout_section():
     assert FrontierFunction().optout.tdmrep_fetched is False          # scripted test harnesses
     assert FrontierFunction(optout=OptOutPolicy()).optout.tdmrep_fetched is True
+
+
+def test_a_429_on_tdmrep_json_holds_the_host_for_its_retry_after_counted_from_the_answer():
+    from operators.parse import tdmrep_event
+    from udfs.fetch_status import fetch_result
+    from udfs.records import FetchStatus
+
+    state = _robots_known()
+    state, request = fl.lease_tdmrep(state, HOST, url_fp(TDMREP_URL), None, T0 + 1.0)
+    result = fetch_result(request, FetchStatus.OK, started_at=T0 + 1.0, done_at=T0 + 1.2, http_status=429,
+                          headers=[("Retry-After", "6")])
+    event = json.loads(json.dumps(tdmrep_event(result, 1024)))   # as it crosses crawl.outcomes
+    assert event["retry_after"] == 6.0
+    state, outcome = fl.on_tdmrep(state, event, T0 + 2.0, POLITENESS)   # read 0.8 s after the answer
+    assert outcome.matched and state.next_allowed_at >= T0 + 1.2 + 6.0

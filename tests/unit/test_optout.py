@@ -379,7 +379,7 @@ def _result(kind: str, body: bytes, **request_fields) -> dict:
 
 
 def test_parse_result_turns_the_requests_tdm_file_into_the_pages_reason():
-    from operators.parse import parse_result
+    from udfs.page_facts import parse_result
     html = b"<html><head><title>t</title></head><body><p>story</p></body></html>"
     page = parse_result(_result("page", html, tdm_file=1))["page"]
     assert page["optout"] == {"reserved": True, "reason": "tdmrep.json: tdm-reservation=1"}

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 import pytest
 
 from operators.dedup import owner_capture, probe_of
-from operators.parse import pack_payload, parse_result, payload_digest, payload_length
+from udfs.page_facts import pack_payload, parse_result, payload_digest, payload_length
 from operators.warc_writer import bundle_records, completion_event
 from udfs.dedup import DedupPolicy, RevisitOf, unique_verdict
 from udfs.urls import url_fp

@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from operators.parse import parse_result
+from udfs.page_facts import parse_result
 from operators.warc_writer import Location, parsed_page
 from tests.paths import ROOT, WEBDATA
 from udfs.fetch_status import fetch_result
@@ -59,7 +59,8 @@ def test_a_record_without_content_type_validates():
     VALIDATOR.validate(page)
 
 
-OPTIONAL = {"optout", "canonical"}   # canonical: only when the page names another URL (decision 1804)
+OPTIONAL = {"optout", "canonical", "parse_limit"}   # canonical: only when the page names another URL (decision
+# 1804); parse_limit: only when its markup went past a parse cap (decision 3700)
 
 
 def test_schema_lists_every_field_the_writer_emits(record):

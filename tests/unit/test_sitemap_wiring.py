@@ -10,7 +10,7 @@ import json
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from operators.parse import parse_result
+from udfs.page_facts import parse_result
 from operators.warc_writer import MAX_URLS_PER_BATCH, capture_records, discovered_batches, parsed_page
 from tests.unit.test_frontier_budgets import POLITENESS
 from tests.unit.test_frontier_logic_host import HOST, Harness

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from operators.parse import is_probe, parse_result, probe_event, robots_event
+from operators.parse import is_probe, probe_event, robots_event
+from udfs.page_facts import parse_result
 from operators.warc_writer import completion_event, discovered_batches, parsed_page
 from tests.synthweb.render import small_page
 from tests.unit.test_frontier_logic_host import HOST, T0, Harness, Value

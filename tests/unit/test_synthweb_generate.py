@@ -13,7 +13,7 @@ from tests.synthweb import (Behaviour, HostOverride, RobotsVariant, WebPolicy, b
 from tests.synthweb.corpus import EXTRA, LINK, SELF, make_template
 from tests.synthweb.generate import default_corpus
 from tests.synthweb.links import SSRF_METADATA_URL, denied_bait_url, page_links
-from tests.synthweb.model import policy_from_dict, policy_to_dict
+from tests.synthweb.model import DEFAULT_BEHAVIOURS, policy_from_dict, policy_to_dict
 from tests.synthweb.render import Router
 
 
@@ -78,9 +78,15 @@ def test_crawl_delay_only_on_rule_hosts_and_from_the_configured_values(web):
     assert {h.crawl_delay for h in delayed} <= set(web.policy.crawl_delays)
 
 
-def test_every_behaviour_appears_in_a_web_of_some_size(web):
+def test_every_default_behaviour_appears_in_a_web_of_some_size(web):
     seen = {b for h in web.hosts for b in h.behaviours}
-    assert seen == set(Behaviour)
+    assert seen == DEFAULT_BEHAVIOURS
+
+
+def test_parser_bombs_are_handed_out_only_when_asked_for():
+    assert Behaviour.NESTING_BOMB not in DEFAULT_BEHAVIOURS
+    web = build_web(40, 1, WebPolicy(behaviour_share=1.0, behaviours=frozenset({Behaviour.NESTING_BOMB})))
+    assert all(h.behaviours == {Behaviour.NESTING_BOMB} for h in web.hosts)
 
 
 def test_overrides_fix_a_host_kind():
