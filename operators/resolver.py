@@ -34,7 +34,7 @@ from udfs.urls import registrable_domain
 
 # The resolver's counts, published as `fetch.<name>` counters (docs/metrics.md).
 RESOLVER_COUNTS = ("dns_pinned", "dns_cache_hits", "dns_lookups", "dns_prefetches", "dns_failures", "ssrf_blocked",
-                   "dns_timeouts", "dns_busy")
+                   "dns_timeouts", "dns_busy", "dns_channel_resets")
 
 
 class ResolveFailure(Exception):
@@ -243,7 +243,7 @@ class GuardedResolver(AbstractResolver):
                 async with self._slots.slot(registrable_domain(name)):
                     started = True
                     self.counts["dns_lookups"] += 1
-                    result = await self._channel().getaddrinfo(name, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM)
+                    result = await self._ask_channel(name)
         except TimeoutError:
             if not started:
                 raise _Busy() from None
@@ -258,6 +258,22 @@ class GuardedResolver(AbstractResolver):
         if not ordered:
             raise _DnsFailure("no address in the answer")
         return ordered
+
+    async def _ask_channel(self, name: str) -> Any:
+        """getaddrinfo on the channel; a channel that could not send the query at all (c-ares'
+        ECONNREFUSED: no socket, or the server refused it) is replaced and asked once more, so a
+        channel in a bad state costs one retry rather than every lookup it would serve."""
+        channel = self._channel()
+        try:
+            return await channel.getaddrinfo(name, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM)
+        except Exception as exc:  # noqa: BLE001 - aiodns.error.DNSError
+            if not exc.args or exc.args[0] != _ARES_ECONNREFUSED:
+                raise
+        if self._dns is channel:   # lookups that failed on it together replace it once
+            self.counts["dns_channel_resets"] += 1
+            self._dns = None
+            await channel.close()
+        return await self._channel().getaddrinfo(name, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM)
 
     def _channel(self) -> Any:
         """The c-ares channel (made in the running loop on first use): the configured servers or the
@@ -281,7 +297,8 @@ class GuardedResolver(AbstractResolver):
         self._lookup_task(name)
 
 
-_ARES_ETIMEOUT = 12   # pycares.errno.ARES_ETIMEOUT (c-ares' stable error number)
+_ARES_ECONNREFUSED = 11   # pycares.errno.ARES_ECONNREFUSED (c-ares' stable error numbers)
+_ARES_ETIMEOUT = 12       # pycares.errno.ARES_ETIMEOUT
 
 
 class _DnsFailure(Exception):
