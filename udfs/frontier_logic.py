@@ -228,6 +228,7 @@ class Verdict(str, enum.Enum):
     SEEN = "dropped_seen"
     QUEUE_FULL = "dropped_queue_full"
     ROBOTS_DISALLOWED = "dropped_robots_disallowed"
+    ROBOTS_OVER_BUDGET = "dropped_robots_over_budget"   # its robots.txt match ran out of budget: refused
     HOST_BUDGET = "dropped_host_budget"
     MALFORMED = "dropped_malformed"
     WRONG_HOST = "dropped_wrong_host"
@@ -855,8 +856,9 @@ def admit(state: HostState, item: QueueItem, record: UrlRecord | None, rules: Ru
         return state, Admission(Verdict.REDIRECT_LOOP if source == "redirect" else Verdict.SEEN)
     if record is None and state.url_count >= policy.max_urls_per_host:
         return state, Admission(Verdict.HOST_BUDGET)
-    if rules is not None and _robots_forbid(state, rules, item.url, policy, item.written):
-        return state, Admission(Verdict.ROBOTS_DISALLOWED)
+    refusal = _robots_refusal(state, rules, item.url, policy, item.written) if rules is not None else None
+    if refusal is not None:
+        return state, Admission(refusal)
     leased_page = 1 if state.lease is not None and state.lease.kind == "page" else 0
     if state.discovery_queued + leased_page >= policy.max_queue:
         return state, Admission(Verdict.QUEUE_FULL)
@@ -916,22 +918,40 @@ def in_cycle(record: UrlRecord, now: float, policy: FrontierPolicy) -> bool:
 
 def _robots_forbid(state: HostState, rules: RulesLike | None, url: str, policy: FrontierPolicy,
                    written: str | None = None) -> bool:
-    """Whether the host's parsed robots.txt keeps us off `url` (rules missing under PARSED count as a
-    no); under ALLOW_ALL nothing is forbidden. A page link whose query the page wrote in another order
-    is judged in that order too: `Disallow: /*?sort=` targets the site's order, not our sorted one
-    (decision 1807)."""
+    """Whether the host's parsed robots.txt keeps us off `url`; see `_robots_refusal`."""
+    return _robots_refusal(state, rules, url, policy, written) is not None
+
+
+def _robots_refusal(state: HostState, rules: RulesLike | None, url: str, policy: FrontierPolicy,
+                    written: str | None = None) -> Verdict | None:
+    """Why the host's parsed robots.txt keeps us off `url`, or None: ROBOTS_DISALLOWED (rules missing
+    under PARSED count as a no), or ROBOTS_OVER_BUDGET when matching the URL ran out of the rules'
+    budget (refused, counted apart: decision 3720). Under ALLOW_ALL nothing is forbidden. A page link
+    whose query the page wrote in another order is judged in that order too: `Disallow: /*?sort=`
+    targets the site's order, not our sorted one (decision 1807)."""
     if state.robots is not Robots.PARSED:
-        return False
-    return (rules is None or not _allowed(rules, url, policy)
-            or (written is not None and not _allowed(rules, written, policy)))
+        return None
+    if rules is None:
+        return Verdict.ROBOTS_DISALLOWED
+    for candidate in (url,) if written is None else (url, written):
+        refusal = _refusal(rules, candidate, policy)
+        if refusal is not None:
+            return refusal
+    return None
 
 
-def _allowed(rules: RulesLike, url: str, policy: FrontierPolicy) -> bool:
+def _refusal(rules: RulesLike, url: str, policy: FrontierPolicy) -> Verdict | None:
     """Fail closed: a rules object that raises disallows the URL."""
     try:
-        return bool(rules.allowed(url, policy.robots_agent))
+        check = getattr(rules, "check", None)
+        if check is None:
+            return None if rules.allowed(url, policy.robots_agent) else Verdict.ROBOTS_DISALLOWED
+        answer = check(url, policy.robots_agent)
     except Exception:  # noqa: BLE001 - hostile robots.txt must never fail the task
-        return False
+        return Verdict.ROBOTS_DISALLOWED
+    if answer.allowed:
+        return None
+    return Verdict.ROBOTS_OVER_BUDGET if answer.over_budget else Verdict.ROBOTS_DISALLOWED
 
 
 def push(state: HostState, item: QueueItem) -> tuple[HostState, int]:
@@ -1310,8 +1330,9 @@ def lease_page(state: HostState, item: QueueItem, rules: RulesLike | None, host:
     Returns (state, request, Verdict.ADMITTED) or (state, None, ROBOTS_DISALLOWED) when the URL must
     be dropped (the caller marks its URL-table row DISALLOWED). `rules` is None only under ALLOW_ALL.
     """
-    if _robots_forbid(state, rules, item.url, policy, item.written):
-        return state, None, Verdict.ROBOTS_DISALLOWED
+    refusal = _robots_refusal(state, rules, item.url, policy, item.written)
+    if refusal is not None:
+        return state, None, refusal
     state, request = _lease(state, "page", item, host, now, policy, run)
     return state, request, Verdict.ADMITTED
 

@@ -35,7 +35,7 @@ from crawler.kafka_broker import KafkaBroker
 from crawler.ops import job_overview, last_failure, wait_running
 from operators.warc_writer import (Location, WarcFiles, WarcFileSettings, capture_records, owned_folders,
                                    repair_file)
-from tests.integration.harness import free_port
+from tests.integration.harness import free_port, frontier_counters
 from tests.integration.test_warc_writer import T0, result
 from tests.synthweb import SyntheticWebProcess, Violation, audit_politeness, build_web, load_log
 from tests.synthweb.model import policy_from_dict
@@ -235,8 +235,9 @@ class ClusterCrawl:
         self.start_ms = 0
         self.job_id = ""
 
-    def start(self, parallelism: int) -> str:
-        """Start the web and submit jobs/crawl.py (as `crawler crawl` does); send the seeds."""
+    def start(self, parallelism: int, overrides: tuple[str, ...] = ()) -> str:
+        """Start the web and submit jobs/crawl.py (as `crawler crawl` does); send the seeds. `overrides`
+        (config `key=value`) come after the test's own."""
         self.web.start()
         spec = RunSpec(seeds=[], out=self.work, host_map=self.web.host_map, allow_networks=["127.0.0.0/8"],
                        deny_networks=["127.255.0.0/16"], config_file=None, duration_s=None, overrides=[
@@ -245,7 +246,7 @@ class ClusterCrawl:
                            f'job.group_id="recovery-{uuid.uuid4().hex[:8]}"', "job.bundle_time_ms=50",
                            f"politeness.default_delay_s={self.delay_s}", f"politeness.min_delay_s={self.delay_s}",
                            "frontier.lease_timeout_s=15.0", "fetch.total_timeout_s=5.0",
-                           "fetch.first_byte_timeout_s=3.0"])
+                           "fetch.first_byte_timeout_s=3.0", *overrides])
         self.start_ms = int(time.time() * 1000)
         stack = SimpleNamespace(flink=self.cluster, kafka=self.broker)
         self.job_id = submit(stack, spec, self.start_ms, job_name="crawl recovery-test")  # type: ignore[arg-type]
@@ -407,6 +408,7 @@ def killed(cluster: FlinkCluster, kafka_broker: KafkaBroker,
         assert wait_running(cluster, crawl.job_id) == "RUNNING"
         failure = last_failure(cluster, crawl.job_id)
         crawl.crawl_until(crawl.finished, 150, "crawling to the end after the restart")
+        charges = lease_charges(cluster)
     finally:
         crawl.stop()
         # The Python workers of a killed TaskManager can outlive it for good (their JVM is gone, they
@@ -431,7 +433,7 @@ def killed(cluster: FlinkCluster, kafka_broker: KafkaBroker,
           f"{len(violations)} politeness violation(s); the job's last failure: {failure}")
     return SimpleNamespace(crawl=crawl, work=work, restored=restored, checkpoint_at=checkpoint_at,
                            killed_at=killed_at, killed_mono=killed_mono, window=window, repeats=repeats,
-                           torn=torn, violations=violations, failure=failure)
+                           torn=torn, violations=violations, failure=failure, charges=charges)
 
 
 @pytest.mark.integration
@@ -451,6 +453,13 @@ def test_the_kill_is_the_jobs_last_failure_in_one_line(killed: SimpleNamespace) 
 def test_no_admitted_url_is_lost(killed: SimpleNamespace) -> None:
     assert not killed.crawl.unfinished(), "admitted URLs without a completion"
     assert not killed.crawl.pending(), "admitted URLs the server never saw requested"
+
+
+@pytest.mark.integration
+def test_no_url_or_host_is_charged_for_the_kill(killed: SimpleNamespace) -> None:
+    """The leases the killed run held come back through their expiry as orphans: re-queued with the
+    attempt they had and no backoff for their host, never as a charged expiry (decision 3790)."""
+    assert killed.charges["leases_orphaned"] > 0 and killed.charges["leases_expired"] == 0, killed.charges
 
 
 @pytest.mark.integration
@@ -479,6 +488,18 @@ def test_politeness_held_until_the_kill(killed: SimpleNamespace) -> None:
 @pytest.mark.integration
 def test_politeness_holds_after_recovery(killed: SimpleNamespace) -> None:
     assert killed.violations == [], "\n".join(map(str, killed.violations[:20]))
+
+
+def lease_charges(cluster: FlinkCluster, settle_s: float = 20.0) -> dict[str, int]:
+    """The running job's `frontier.leases_orphaned` and `leases_expired`, read until the orphans show
+    (the REST metric fetcher refreshes every few seconds) or `settle_s` passes."""
+    deadline = time.monotonic() + settle_s
+    while True:
+        counters = frontier_counters(cluster.rest_url)
+        found = {name: counters.get(name, 0) for name in ("leases_orphaned", "leases_expired")}
+        if found["leases_orphaned"] or time.monotonic() > deadline:
+            return found
+        time.sleep(2)
 
 
 def _wait_state(cluster: FlinkCluster, job_id: str, state: str, timeout_s: float) -> None:

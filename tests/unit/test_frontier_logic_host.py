@@ -19,7 +19,7 @@ from udfs.control_state import ControlTable
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.politeness import PolitenessPolicy
 from udfs.records import b64
-from udfs.robots import RobotsPolicy
+from udfs.robots import RobotsPolicy, parse_robots
 from udfs.budgets import BudgetPolicy
 from udfs.sitemaps import SitemapPolicy
 from udfs.soft404 import Soft404Policy
@@ -186,6 +186,23 @@ def test_release_waits_for_the_gap_after_robots_and_after_each_completion():
     (page2,) = h.advance(0.001)
     assert page2["url"].endswith("/b")
     assert h.counts["released"] == 2 and h.counts["robots_fetched"] == 1
+
+
+def test_a_url_whose_robots_match_runs_out_of_budget_is_refused_and_counted_apart():
+    """The real parser with a tight matching budget: a URL whose wildcard rules it cannot judge within
+    the budget is never requested and is counted `dropped_robots_over_budget`, not as disallowed, at
+    release and at admission; a URL a prefix rule decides is fetched as usual."""
+    tight = RobotsPolicy(match_budget=100)
+    h = Harness(politeness=PolitenessPolicy(default_delay_s=0.5, min_delay_s=0.0),
+                parse=lambda body: parse_robots(body, tight))
+    (robots,) = h.discover("/docs/early.html", "/plain-and-simple")
+    h.robots(robots, body=b"User-agent: *\nDisallow: /\nAllow: /*.html$\nAllow: /plain-and-simple\n"
+                           b"Disallow: /plain-and-simple/private\n")
+    (page,) = h.advance(1)
+    assert page["url"].endswith("/plain-and-simple")
+    assert h.counts["dropped_robots_over_budget"] == 1 and h.counts["dropped_robots_disallowed"] == 0
+    h.discover("/docs/late.html", "/plain-and-simple/private/x")
+    assert h.counts["dropped_robots_over_budget"] == 2 and h.counts["dropped_robots_disallowed"] == 1
 
 
 def test_disallowed_urls_are_dropped_at_admission_and_release():
