@@ -90,6 +90,9 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     # decision 1820: pages kept on the record of the canonical they named until it is fetched, pages not
     # kept (the canonical keeps fl.MAX_CANONICAL_ALIASES), and verdicts revised on crawl.status
     "canonical_claimed", "canonical_claims_over_limit", "canonical_revised",
+    # decision 3783: the WARC writer's lease extensions applied, naming no lease the host holds, and
+    # refused because the lease has had all of frontier.max_lease_extension_s
+    fl.Extension.EXTENDED.value, fl.Extension.STALE.value, fl.Extension.CAPPED.value,
 )
 # Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
@@ -295,6 +298,12 @@ class HostFrontier:
         elif kind == "domain_hosts":
             state = fl.on_domain_hosts(state, event["hosts"])
             self.count("domain_shares_heard")
+        elif kind == "lease_extend":
+            # a page lease whose capture waits to be durable (decision 3783); _release re-arms the timer
+            state, extension = fl.extend_lease(state, event, now, self.policy)
+            self.count(extension.value)
+            if extension is fl.Extension.EXTENDED and self.budget is not None and state.lease is not None:
+                self.budget.extended(state.lease.lease_id, state.lease.deadline)
         else:
             self.count("events_malformed")
         return self._release(host, state, now, controls, before)
@@ -324,7 +333,7 @@ class HostFrontier:
         """Time the lease's wait before its fetch and its completion's way back (decision 1833)."""
         started_at, done_at = event.get("started_at"), event.get("done_at")
         if isinstance(started_at, (int, float)) and isinstance(done_at, (int, float)):
-            self.trips.add(lease.deadline - self.policy.lease_timeout_s, started_at, done_at, now)
+            self.trips.add(lease.issued_deadline - self.policy.lease_timeout_s, started_at, done_at, now)
 
     def _leased_record(self, state: fl.HostState) -> fl.UrlRecord | None:
         """The leased page URL's row: on_completion updates its history (recrawl on), and the pages that

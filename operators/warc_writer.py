@@ -69,6 +69,7 @@ from udfs.fetch_status import (header_value, is_archived, is_complete_page, is_n
 from udfs.records import (PRIORITY_SITEMAP, SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion,
                           DiscoveredBatch, FetchRequest, FetchResult, FetchStatus, ParsedPage, UrlEntry, encode,
                           response_url)
+from udfs.lease_extension import HeldLease, extended, extension_due, held_lease, lease_extend_event
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.urls import host_key, url_fp
@@ -980,12 +981,15 @@ class HeldCapture:
     """A capture whose events wait for its records to be durable. Kept in the writer's keyed state as
     a plain row of built-in values (`to_row`), so checkpoints and savepoints carry it and a restored
     writer releases it (decision 3780): `run` names the writer run that wrote it, `record_id` its
-    first record, so a later run can check it is still whole where it was written."""
+    first record, so a later run can check it is still whole where it was written. `lease` is the
+    page lease its completion ends, while this run extends it (decision 3783); not in the row: a restored
+    capture's lease was the earlier run's, which the frontier lets expire uncharged (decision 3790)."""
 
     run: str
     where: Location
     record_id: str
     events: tuple[Event, ...]
+    lease: HeldLease | None = dataclasses.field(default=None, compare=False)
 
     def to_row(self) -> tuple[Any, ...]:
         return (HELD_ROW_VERSION, self.run, self.where.path, self.where.offset, self.where.length, self.record_id,
@@ -1093,7 +1097,8 @@ class WarcWriterFunction(KeyedCoProcessFunction):
     A capture whose events wait (group commit or upload) is a row in keyed state under the key being
     processed, with a processing-time timer that asks again whether it is durable and then emits its
     events (decision 3780): checkpoints and savepoints carry the rows and timers, and `close()`, which
-    cannot emit, only syncs.
+    cannot emit, only syncs. While one of this run's held captures waits, the timer also comes every
+    `warc.lease_extend_every_s` and sends its page lease's extension to crawl.outcomes (decision 3783).
     """
 
     def __init__(self, root: str, settings: WarcFileSettings = WarcFileSettings(),
@@ -1140,7 +1145,7 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         self._counters = {name: group.counter(name)
                           for name in ("captures", "bytes", "published", "frontier_events", "links_not_resent",
                                        "unpaired_pages", "dropped_verdicts", "lost_captures", "restored_captures",
-                                       "write_failures", "upload_failures")}
+                                       "write_failures", "upload_failures", "lease_extensions")}
         self._join: VerdictJoin[ParsedBundle, DedupVerdict] = VerdictJoin()   # in memory: decision 1616
         self._join_counted = (0, 0)
         group.gauge("held_captures", lambda: sum(map(len, self._holding.values())))
@@ -1183,13 +1188,18 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         held = mine if mine is not None else [HeldCapture.from_row(row) for row in self._held.get() or ()]
         if not held:
             return
+        now = self._now(ctx)
         waiting: list[HeldCapture] = []
         next_s = math.inf
         for capture in held:
             events, wait_s = self._archiver.settle(capture)
             if events is None:
+                if capture.lease is not None and extension_due(capture.lease, now):
+                    yield self._extend(capture.lease)
+                    capture = dataclasses.replace(
+                        capture, lease=extended(capture.lease, now, self._warc_policy.lease_extend_every_s))
                 waiting.append(capture)
-                next_s = min(next_s, wait_s)
+                next_s = min(next_s, self._next_wait(capture, wait_s, now))
                 continue
             if mine is None:
                 self._counters["restored_captures"].inc()
@@ -1203,6 +1213,22 @@ class WarcWriterFunction(KeyedCoProcessFunction):
                 self._holding[key] = waiting
             self._set_timer(ctx, next_s)
         self._count()
+
+    @staticmethod
+    def _now(ctx: KeyedCoProcessFunction.Context) -> float:
+        return ctx.timer_service().current_processing_time() / 1000.0
+
+    @staticmethod
+    def _next_wait(capture: HeldCapture, wait_s: float, now: float) -> float:
+        """Seconds until the timer should look at a waiting capture: when it may be durable, or sooner
+        when its lease's next extension is due."""
+        if capture.lease is None:
+            return wait_s
+        return max(0.0, min(wait_s, capture.lease.next_at - now))
+
+    def _extend(self, lease: HeldLease) -> Event:
+        self._counters["lease_extensions"].inc()
+        return TOPIC_OUTCOMES, lease.host, encode(dict(lease_extend_event(lease)))
 
     def _set_timer(self, ctx: KeyedCoProcessFunction.Context, wait_s: float) -> None:
         timers = ctx.timer_service()
@@ -1233,9 +1259,13 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         if held is not None:
             # Under the key being processed: a page paired late may not be its own key's, which is
             # fine, the rows of a key are a list and its timer settles them all.
+            now = self._now(ctx)
+            lease = held_lease(value["result"]["request"], now, self._warc_policy.lease_extend_every_s)
+            if lease is not None:
+                held = dataclasses.replace(held, lease=lease)
             self._held.add(held.to_row())
             self._holding.setdefault(ctx.get_current_key(), []).append(held)
-            self._set_timer(ctx, self._archiver.first_wait(held))
+            self._set_timer(ctx, self._next_wait(held, self._archiver.first_wait(held), now))
         yield from self._emit(events)
 
     def _count(self) -> None:

@@ -194,7 +194,17 @@ def load_config(toml_text: str = "", overrides: list[str] | None = None) -> Craw
     for (section, key), derive in DERIVED.items():
         if key not in doc.get(section, {}):
             doc.setdefault(section, {})[key] = derive(doc)
-    return CrawlConfig({name: build_section(name, doc.get(name, {})) for name in SECTIONS})
+    config = CrawlConfig({name: build_section(name, doc.get(name, {})) for name in SECTIONS})
+    _check_across(config)
+    return config
+
+
+def _check_across(config: CrawlConfig) -> None:
+    """Limits one section's value sets on another's; raises ConfigError naming both keys."""
+    every, lease = config.warc.lease_extend_every_s, config.frontier.lease_timeout_s
+    if every > lease / 2:   # an extension must reach the frontier before the deadline the last one set
+        raise ConfigError(f"warc.lease_extend_every_s ({every!r}) must be at most half of "
+                          f"frontier.lease_timeout_s ({lease!r}), or 0 (no extensions)")
 
 
 def _user_agent(doc: dict[str, Any]) -> str:
@@ -231,6 +241,16 @@ def _release_target(doc: dict[str, Any]) -> float:
     return target + float(age)
 
 
+def _lease_extend_every(doc: dict[str, Any]) -> float:
+    """The writer's lease extension interval (decision 3783): its default, or a third of the frontier's
+    lease when that is shorter, so an extension always lands before the deadline the last one set."""
+    every = section_class("warc")().lease_extend_every_s
+    lease = doc.get("frontier", {}).get("lease_timeout_s", section_class("frontier")().lease_timeout_s)
+    if not _is_number(lease) or lease <= 0:
+        return every  # the bad key is reported by its own section
+    return min(every, float(lease) / 3.0)
+
+
 # Values with one home elsewhere: unless a deployment sets them explicitly, they follow their source,
 # so changing `fetch.user_agent` also changes which robots.txt group applies (RFC 9309 §2.2.1).
 DERIVED: dict[tuple[str, str], Any] = {
@@ -241,6 +261,8 @@ DERIVED: dict[tuple[str, str], Any] = {
     ("ipgate", "max_wait_s"): _gate_max_wait,
     # held completions wait for their WARC file's upload: the release target covers that wait
     ("frontier", "release_target_s"): _release_target,
+    # a held capture's lease is extended often enough for its frontier's lease length
+    ("warc", "lease_extend_every_s"): _lease_extend_every,
 }
 
 

@@ -50,7 +50,7 @@ from udfs.host_quality import HostQuality
 from udfs.inlinks import SKETCH_BITS, inlink_estimate, linked_from
 from udfs.politeness import (DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy, classify_health, next_allowed_at,
                              next_backoff)
-from udfs.records import HOSTILE_PARSE_LIMITS, PRIORITY_SITEMAP, FetchRequest, FetchStatus
+from udfs.records import HOSTILE_PARSE_LIMITS, PRIORITY_SITEMAP, FetchRequest, FetchStatus, is_lease_extend
 from udfs.recrawl import (NO_HOST, Change, FetchOutcome, HostSignals, Lane, PageValue, RecrawlPolicy, UrlHistory,
                           change_rate, choose_tier, classify, lastmod_forward, next_due, observe, split, tier_of,
                           tier_weights, value_weight)
@@ -143,6 +143,10 @@ class FrontierPolicy:
         host is held; each such page also counts as a failure for the host's backoff (3; decision 3702).
     parse_strike_hold_s: how long a host at `max_parse_strikes` is held: no request of it goes out until
         then, and every further strike holds it again (1 day).
+    max_lease_extension_s: how far past the deadline it was issued with a page lease may be pushed by the
+        WARC writer's `lease_extend` events while its capture waits to be durable (an object-store
+        outage): each one sets the deadline to `lease_timeout_s` from when it is read, never past this
+        cap; later ones are ignored and counted (1 h; 0 ignores every extension; decision 3783).
     """
 
     robots_agent: str = DEFAULT_USER_AGENT
@@ -164,6 +168,7 @@ class FrontierPolicy:
     max_discovery_lag_s: float = 3_600.0
     max_parse_strikes: int = 3
     parse_strike_hold_s: float = 86_400.0
+    max_lease_extension_s: float = 3_600.0
 
     @property
     def lease_budget_s(self) -> float:
@@ -184,6 +189,9 @@ class FrontierPolicy:
             value = getattr(self, name)
             if not math.isfinite(value) or value <= 0:
                 raise ValueError(f"frontier.{name} must be a finite number > 0, got {value!r}")
+        if not math.isfinite(self.max_lease_extension_s) or self.max_lease_extension_s < 0:
+            raise ValueError(f"frontier.max_lease_extension_s must be a finite number >= 0 (0 = no extension), "
+                             f"got {self.max_lease_extension_s!r}")
         if not math.isfinite(self.release_target_s) or self.release_target_s < 0:
             raise ValueError(f"frontier.release_target_s must be a finite number >= 0 (0 = no bound), "
                              f"got {self.release_target_s!r}")
@@ -540,6 +548,12 @@ class Lease:
     kind: str                  # "page", "robots" or "tdmrep"
     deadline: float
     item: QueueItem
+    extended_from: float = 0.0  # the deadline it was issued with, once extended (0 = never; decision 3783)
+
+    @property
+    def issued_deadline(self) -> float:
+        """The deadline the lease was issued with (its release time plus `lease_timeout_s`)."""
+        return self.extended_from or self.deadline
 
 
 def _empty_queues() -> tuple[tuple[int, int], ...]:
@@ -618,6 +632,8 @@ class HostState:
         lease = None
         if self.lease is not None:
             lease = [self.lease.lease_id, self.lease.kind, self.lease.deadline, self.lease.item.to_row()]
+            if self.lease.extended_from:   # a fifth element, which readers before decision 3783 ignore
+                lease.append(self.lease.extended_from)
         return compact_json.dumps({
             "v": STATE_VERSION, "scheme": self.scheme, "robots": self.robots.value,
             "robots_expires_at": self.robots_expires_at, "robots_failures": self.robots_failures,
@@ -663,7 +679,8 @@ class HostState:
             robots_failures=data["robots_failures"], robots_retry_at=data["robots_retry_at"],
             crawl_delay=data["crawl_delay"], next_allowed_at=data["next_allowed_at"],
             backoff_s=data["backoff_s"],
-            lease=None if lease is None else Lease(lease[0], lease[1], lease[2], QueueItem.from_row(lease[3])),
+            lease=None if lease is None else Lease(lease[0], lease[1], lease[2], QueueItem.from_row(lease[3]),
+                                                   lease[4] if len(lease) > 4 else 0.0),
             lease_seq=data["lease_seq"],
             queues=tuple((h, t) for h, t in data["queues"]) + ((0, 0),) * (LANES - len(data["queues"])),
             url_count=data["url_count"], timer_ms=data["timer_ms"],
@@ -1648,6 +1665,38 @@ def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_
     if lease.kind == "probe":
         return replace(state, probe=no_answer(now)), Outcome(True)
     return _retry_or_park(state, lease.item, now, policy)
+
+
+class Extension(str, enum.Enum):
+    """What became of a `lease_extend` event (decision 3783); each value is the frontier counter it adds to."""
+
+    EXTENDED = "leases_extended"          # the host's lease, its deadline pushed (or already far enough)
+    STALE = "lease_extensions_stale"      # not the lease the host holds (ended, expired, another lease)
+    CAPPED = "lease_extensions_capped"    # the lease already has all of `max_lease_extension_s`
+    MALFORMED = "events_malformed"        # no lease id or no url_fp
+
+
+def extend_lease(state: HostState, event: dict[str, Any], now: float,
+                 policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> tuple[HostState, Extension]:
+    """Apply the WARC writer's `lease_extend` (its capture of the leased page waits to be durable, decision
+    3783); never raises on a bad event. For the page lease the host holds, with the same id and url_fp,
+    the deadline becomes max(deadline, now + lease_timeout_s), but never more than `max_lease_extension_s`
+    past the deadline the lease was issued with. Nothing else changes: the lease keeps the host's one
+    slot, and its completion or expiry ends it as before. Whichever run issued the lease, an extension
+    naming it exactly is its capture's word."""
+    if not is_lease_extend(event):
+        return state, Extension.MALFORMED
+    lease = state.lease
+    if lease is None or lease.kind != "page" or event["lease_id"] != lease.lease_id or event["fp"] != lease.item.fp:
+        return state, Extension.STALE
+    limit = lease.issued_deadline + policy.max_lease_extension_s
+    wanted = now + policy.lease_timeout_s
+    if wanted <= lease.deadline:
+        return state, Extension.EXTENDED
+    if lease.deadline >= limit:
+        return state, Extension.CAPPED
+    extended = replace(lease, deadline=min(wanted, limit), extended_from=lease.issued_deadline)
+    return replace(state, lease=extended), Extension.EXTENDED
 
 
 def issued_in_run(lease: Lease, run: str) -> bool:

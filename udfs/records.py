@@ -7,7 +7,8 @@ below document the fields; `encode`/`decode` are the one place that turns them i
 Topics
 - `crawl.frontier` (key = host_key): `DiscoveredBatch` events: new URLs from pages, seeds, redirects.
 - `crawl.outcomes` (key = host_key): what became of each lease: `Completion`, `RobotsResult`,
-  `TdmrepResult` events; and `IpDone` (key = the IP gate key), routed to the IP gate, not the frontier.
+  `TdmrepResult` events, and `LeaseExtend` (a page lease whose capture still waits to be durable);
+  and `IpDone` (key = the IP gate key), routed to the IP gate, not the frontier.
   Apart from discoveries so a backlog of new URLs never delays the end of a lease (decision 1610).
   Both topics carry the one event schema and the job reads any event type from either.
 - `pages.parsed`   (key = url_fp as decimal text): `ParsedPage`.
@@ -144,6 +145,19 @@ class Completion(TypedDict):
     near_duplicate: NotRequired[bool]   # within the SimHash distance of a page already seen
     soft_404: NotRequired[bool]         # the host's "not found" page served as a 200 (decision 1803)
     parse_limit: NotRequired[str]       # the parse limit the page met, one of PARSE_LIMITS (decision 3700)
+
+
+class LeaseExtend(TypedDict):
+    """The WARC writer's word that a page lease's capture is archived and its completion waits for the
+    records to be durable (an object-store upload, a group fsync): the frontier pushes that lease's
+    deadline to `frontier.lease_timeout_s` from when it reads this, up to `frontier.max_lease_extension_s`
+    in all (decision 3783). Sent every `warc.lease_extend_every_s` while the capture waits."""
+
+    v: int
+    type: Literal["lease_extend"]
+    host: str
+    lease_id: str
+    fp: int             # the leased URL's url_fp, as in its Completion
 
 
 class PreflightResult(TypedDict):
@@ -316,7 +330,8 @@ class ContractError(ValueError):
     """A record on a topic does not match its contract; the message says which field and why."""
 
 
-_FRONTIER_TYPES = {"discovered", "completion", "robots", "tdmrep", "probe", "ip_done", "domain_hosts"}
+_FRONTIER_TYPES = {"discovered", "completion", "robots", "tdmrep", "probe", "ip_done", "domain_hosts",
+                   "lease_extend"}
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -356,10 +371,19 @@ def decode_frontier_event(raw: bytes | str) -> dict[str, Any]:
         raise ContractError("tdmrep event needs a lease_id and a body_b64 text")
     if kind == "probe" and not isinstance(event.get("lease_id"), str):
         raise ContractError("probe event needs a lease_id")
+    if kind == "lease_extend" and not is_lease_extend(event):
+        raise ContractError("lease_extend event needs a lease_id and a url_fp (an integer from 0 to 2**64 - 1)")
     hosts = event.get("hosts")
     if kind == "domain_hosts" and not (isinstance(hosts, int) and not isinstance(hosts, bool) and hosts >= 1):
         raise ContractError(f"domain_hosts event needs a host count >= 1, got {hosts!r}")
     return event
+
+
+def is_lease_extend(event: dict[str, Any]) -> bool:
+    """Whether a `lease_extend` event has what the frontier reads: a non-empty lease id and a u64 fp."""
+    lease_id, fp = event.get("lease_id"), event.get("fp")
+    return isinstance(lease_id, str) and bool(lease_id) and isinstance(fp, int) and not isinstance(fp, bool) \
+        and 0 <= fp < 1 << 64
 
 
 def b64(body: bytes) -> str:

@@ -93,6 +93,15 @@ class ReleaseBudget:
     def leased(self, lease_id: str, deadline: float) -> None:
         self._out[lease_id] = deadline
 
+    def extended(self, lease_id: str, deadline: float) -> None:
+        """A lease of this run got a later deadline (decision 3783): it stays out until then. Moved last:
+        an extension reaches one lease length past now, as far as any lease released so far, so the
+        deadline order `_forget_lost` reads holds (a lease cut short by its extension cap is only
+        forgotten a little late)."""
+        if lease_id in self._out:
+            self._out[lease_id] = deadline
+            self._out.move_to_end(lease_id)
+
     def ended(self, lease_id: object, now: float, completed: bool = True) -> None:
         """A lease came back (`completed`) or expired; a lease this run did not count is ignored."""
         if isinstance(lease_id, str) and self._out.pop(lease_id, None) is not None and completed:

@@ -85,6 +85,12 @@ class WarcPolicy:
         meanwhile share that fsync (decision 1832). 0 (default): an fsync per capture and nothing held,
         which costs less than holding each capture in state where fsync is cheap (decision 3780).
         Object storage ignores it (an upload makes a file durable).
+    lease_extend_every_s: while a held capture's events wait (an upload, above all during an object-store
+        outage), the writer sends the frontier a `lease_extend` for its page lease this often, the first
+        one this long after it was held or this long before the lease's deadline if that comes sooner,
+        so the lease does not expire and get charged as a timeout (udfs.lease_extension, decision 3783).
+        20 s (default), or a third of `frontier.lease_timeout_s` when that is shorter; the configuration
+        refuses more than half of it. 0 sends none.
     """
 
     digest_algorithm: str = "sha1"
@@ -93,6 +99,7 @@ class WarcPolicy:
     software: str = "flink-crawler/0.1.0"
     pack_in_parse: bool = True
     group_commit_ms: int = 0
+    lease_extend_every_s: float = 20.0
 
     def __post_init__(self) -> None:
         if self.digest_algorithm not in DIGEST_ALGORITHMS:
@@ -108,6 +115,10 @@ class WarcPolicy:
         if not isinstance(self.group_commit_ms, int) or isinstance(self.group_commit_ms, bool) \
                 or not 0 <= self.group_commit_ms <= 10_000:
             raise ValueError(f"warc.group_commit_ms must be an integer from 0 to 10000, not {self.group_commit_ms!r}")
+        every = self.lease_extend_every_s
+        if isinstance(every, bool) or not isinstance(every, (int, float)) or not 0 <= every <= 3_600:
+            raise ValueError(f"warc.lease_extend_every_s must be a number of seconds from 0 (none) to 3600, "
+                             f"not {every!r}")
         if not isinstance(self.pack_in_parse, bool):
             raise ValueError(f"warc.pack_in_parse must be true or false, not {self.pack_in_parse!r}")
 
