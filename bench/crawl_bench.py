@@ -76,6 +76,7 @@ class BenchSpec:
     overrides: tuple[str, ...] = ()
     crawlers: tuple[str, ...] = (OURS, SCRAPY)
     taskmanagers: int = 1
+    web: tuple[tuple[str, Any], ...] = ()   # WebPolicy fields set for this run (`--web-set`)
 
     def __post_init__(self) -> None:
         if self.taskmanagers < 1:
@@ -981,14 +982,15 @@ def run(spec: BenchSpec, command: str, progress: Callable[[str], None] = print) 
     from tests.synthweb.audit import robots_rules
     from tests.synthweb.bench import run_bench
     from tests.synthweb.generate import build_web, default_corpus
-    from tests.synthweb.model import WebPolicy, policy_to_dict
+    from tests.synthweb.model import WebPolicy, policy_from_dict, policy_to_dict
     from udfs.config import load_config
 
     config = load_config("", list(spec.overrides))
     politeness, agent = config.politeness, config.frontier.robots_agent
     spec.out.mkdir(parents=True, exist_ok=True)
     load_before = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    policy = WebPolicy(min_pages=spec.min_pages, max_pages=spec.max_pages)
+    policy = policy_from_dict({**policy_to_dict(WebPolicy(min_pages=spec.min_pages, max_pages=spec.max_pages)),
+                               **dict(spec.web)})
     policy_file = spec.out / "web-policy.json"
     policy_file.write_text(json.dumps(policy_to_dict(policy)))
     progress(f"web: building {spec.hosts} hosts ...")
@@ -1041,6 +1043,18 @@ def make_plots(result: dict[str, Any], folder: Path, link_base: Path) -> dict[st
     return {name: os.path.relpath(path, link_base) for name, path in made.items()}
 
 
+def web_setting(pair: str) -> tuple[str, Any]:
+    """`--web-set KEY=VALUE`: a WebPolicy field and its value as JSON (a bare word is a string), e.g.
+    `behaviour_share=0` or `behaviours=["nesting_bomb","gzip_bomb"]`."""
+    key, sep, text = pair.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--web-set wants KEY=VALUE, got {pair!r}")
+    try:
+        return key.strip(), json.loads(text)
+    except json.JSONDecodeError:
+        return key.strip(), text
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if os.environ.get("CRAWLER_IN_NETNS") != "1":  # re-run ourselves with loopback as the only network
@@ -1051,7 +1065,7 @@ def main(argv: list[str] | None = None) -> int:
                      min_pages=args.min_pages, max_pages=args.max_pages, sample_every_s=args.sample_every,
                      server_bench_s=args.server_bench_seconds, scrapy_concurrency=args.scrapy_concurrency,
                      out=args.out.resolve(), overrides=tuple(args.overrides), crawlers=tuple(args.crawler or (OURS, SCRAPY)),
-                     taskmanagers=args.taskmanagers)
+                     taskmanagers=args.taskmanagers, web=tuple(web_setting(pair) for pair in args.web))
     command = "python -m bench.crawl_bench " + " ".join(argv if argv is not None else sys.argv[1:])
     result = run(spec, command, progress=lambda line: print(line, flush=True))
     plot_dir, link_base = (IMG_DIR, ROOT) if args.write else (spec.out, spec.out)
@@ -1085,6 +1099,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--crawler", action="append", choices=(OURS, SCRAPY), help="run only these (repeatable)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="our configuration overrides (also used to derive Scrapy's settings)")
+    p.add_argument("--web-set", dest="web", action="append", default=[], metavar="KEY=VALUE",
+                   help="a field of the synthetic web's WebPolicy (tests/synthweb/model.py), value as JSON")
     p.add_argument("--taskmanagers", type=int, default=d.taskmanagers,
                    help="Flink TaskManagers of our stack (use with --set job.parallelism=N)")
     p.add_argument("--out", type=Path, default=d.out)
