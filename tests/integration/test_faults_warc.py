@@ -2,7 +2,7 @@
 events held for a capture's durability survive a savepoint and come out of the restored job; a full
 disk publishes the captures already written and ends the others as `not_archived`; an object store
 down for a minute is waited out without a restart, without deleting a staged file and without losing
-a page (decisions 3780-3782)."""
+a page, the leases of the pages it holds extended meanwhile (decisions 3780-3783)."""
 from __future__ import annotations
 
 import base64
@@ -245,6 +245,7 @@ def test_an_object_store_down_for_a_minute_is_waited_out_without_restart_deletio
     writer = WarcWriterFunction(f"s3://{bucket}/outage", storage=policy)
     found: dict[str, dict] = {}
     pages: list[dict] = []
+    extensions: dict[str, list[float]] = {}   # lease → when its extensions came out
 
     def drain(results: Any, seconds: float) -> None:
         deadline = time.monotonic() + seconds
@@ -257,6 +258,9 @@ def test_an_object_store_down_for_a_minute_is_waited_out_without_restart_deletio
                 pages.append(event)
             elif event.get("type") == "completion":
                 found[event["lease_id"]] = event
+            elif event.get("type") == "lease_extend":
+                assert event["lease_id"] not in found, "a lease extended after its completion"
+                extensions.setdefault(event["lease_id"], []).append(time.monotonic())
 
     def send(lease: str) -> None:
         feed.send({"url": f"http://site.test/outage/{lease}", "lease": lease, "body_kb": 1})
@@ -282,6 +286,10 @@ def test_an_object_store_down_for_a_minute_is_waited_out_without_restart_deletio
             drain(results, 2.0)
             staged_seen |= {p.relative_to(staging).as_posix() for p in staging.rglob("*.warc.gz")}
         assert not any(lease in found for lease in during), "a page was completed before its file was stored"
+        # Held 40 s or more by now, each lease has been extended (every warc.lease_extend_every_s, 20 s)
+        # so the frontier would not expire it; a capture stored at once never was (decision 3783).
+        assert all(extensions.get(lease) for lease in during[:4]), extensions
+        assert not any(lease in extensions for lease in before), extensions
         assert backlog >= 3 and failures >= 2
         assert all((staging / relative).is_file() for relative in staged_seen), "a staged file was deleted"
 
