@@ -127,7 +127,7 @@ def measurement_window(first_request_at: float, seconds: float, warmup_s: float)
 
 def is_preflight_path(path: str) -> bool:
     """Robots and tdmrep.json fetches (and the moved-robots redirect target) and soft-404 probes
-    (decision 1803) are not pages."""
+    (decision 1844) are not pages."""
     path = path.split("?", 1)[0]
     return path in PREFLIGHT_PATHS or PROBE_PATH.match(path) is not None
 

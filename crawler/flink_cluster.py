@@ -5,7 +5,7 @@ site-packages is not ours to change. So we build a cluster home under .cache (`f
 `bin/` copied (the scripts find FLINK_HOME from their own real location), `opt/` and `plugins/`
 linked to the distribution's, and a real `lib/` of links to the distribution's jars plus
 `opt/flink-python-*.jar` (without it a second thread-mode job on a TaskManager fails in pemja,
-ARCHITECTURE.md §4) plus the Kafka connector from `java/flink-connectors/pom.xml`. Each stack
+docs/architecture.md §4) plus the Kafka connector from `java/flink-connectors/pom.xml`. Each stack
 renders its own conf dir from `flink-conf/config.yaml` (docs/decisions/0600-flink-conf-template.md);
 the home's `conf/` is the default stack's, so a bare `<home>/bin/flink run -py job.py` talks to
 the cluster `crawler up` started.

@@ -3,7 +3,7 @@
 Both stop the running crawl job with a savepoint (`flink stop`: sources stop, state is written, the
 job ends) and submit `jobs/crawl.py` as it is now from that savepoint, with the arguments the old job
 was started with; `rescale` adds `--set job.parallelism=N` (Flink moves whole key groups between
-subtasks, ARCHITECTURE.md §6). The old job's arguments are read back from the cluster: jobs/crawl.py
+subtasks, docs/architecture.md §6). The old job's arguments are read back from the cluster: jobs/crawl.py
 stores its own argv as a global job parameter (JOB_ARGS_KEY), so this works for a job started by
 `crawler crawl`, by an earlier upgrade, or by hand. Everything the new job would be given is checked
 (`udfs.config.load_config`) before the old job is touched. See docs/runbook.md and decision 1602.

@@ -2,7 +2,7 @@
 
 Submitted with `flink run -py jobs/crawl.py --bootstrap HOST:PORT ...` (see `crawler crawl`), or run
 in process on a MiniCluster by tests through `build_pipeline`, which takes its sources and sinks so a
-test can run the real graph (ARCHITECTURE.md §1; STYLE.md "whole dataflows testable in process").
+test can run the real graph (docs/architecture.md §1): the whole dataflow is testable in process.
 
 Flink 2.x has no iterations, so the loop closes through Kafka: the WARC writer's discoveries go back
 to `crawl.frontier`, and the ends of leases (completions, the fetcher's robots.txt and tdmrep.json
@@ -140,6 +140,10 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     env.set_max_parallelism(job.max_parallelism)
     env.set_parallelism(job.parallelism)
     env.enable_checkpointing(job.checkpoint_interval_ms)
+    # Aligned checkpoints whatever the cluster's configuration says: the WARC writer pairs a page with its
+    # dedup verdict, and snapshots the captures it holds, on the barrier order that alignment gives
+    # (decisions 1616, 3780); an unaligned barrier would overtake records and lose such pairs.
+    env.get_checkpoint_config().disable_unaligned_checkpoints()
     env.set_buffer_timeout(job.buffer_timeout_ms)
 
     set_python_mode(env, "thread")
@@ -260,7 +264,7 @@ def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS, job: JobP
     its key. The record's topic is the writable `topic` metadata column. The (topic, key, value)
     triples are typed tuples, so the table is made from them in the JVM, with no Python operator
     between the job's last Python operators and the sink (a Python map to rows cost about 2 ms of the
-    TaskManager's one interpreter per page, BENCHMARKS.md #8 step 4). Every topic a triple names is a
+    TaskManager's one interpreter per page, docs/perf/crawl-throughput-history.md step 4). Every topic a triple names is a
     constant of the job's code, one of `topics`."""
 
     def emit(env: StreamExecutionEnvironment, triples: DataStream) -> None:

@@ -1,13 +1,13 @@
 """Content dedup beside the page's way from parse to the WARC writer: exact duplicates, then near-duplicates.
 
-Pipeline position (ARCHITECTURE.md §1): parse → **probe** → **exact** (keyed by content_hash) →
+Pipeline position (docs/architecture.md §1): parse → **probe** → **exact** (keyed by content_hash) →
 **near** (k + 1 operators, each keyed by one SimHash block) → verdict → WARC writer, which pairs it
 with the page (decision 1616). Every decision is in `udfs.dedup`; these operators keep the state and
 count (metric group `dedup`).
 
 - A `Probe` is what dedup needs of a page (fingerprints, the owner row it would store, its URL): a few
   hundred bytes where the page is ~180 KB. The page goes from parse to the writer directly; moving it
-  through the five thread-mode operators cost ~3.5 ms of the TaskManager per page (BENCHMARKS.md #8).
+  through the five thread-mode operators cost ~3.5 ms of the TaskManager per page (docs/perf/crawl-throughput-history.md).
 - `ExactDedupFunction`: one owner row per payload (decision 1300). Its verdict tells the writer to
   write a response (named `response_id`) or an identical-payload revisit of the owner.
 - `BandFunction`: one bounded list of fingerprints per band key (decision 1301). The probe travels
@@ -120,7 +120,7 @@ class ExactDedupFunction(KeyedProcessFunction):
         # The expiry check is explicit (udfs.dedup.decide_exact); a timer at the row's expiry reclaims
         # rows nobody reads again. Not Flink's state TTL: building a StateTtlConfig in a thread-mode
         # worker needs a Py4J gateway, which a TaskManager does not have (it failed on the cluster),
-        # and TTL returned expired values in process mode (ARCHITECTURE.md §4).
+        # and TTL returned expired values in process mode (docs/architecture.md §4).
         self._owner = runtime_context.get_state(ValueStateDescriptor("owner", Types.STRING()))
         group = runtime_context.get_metrics_group().add_group("dedup")
         self._counters = {name: group.counter(name) for name in ("exact_duplicates", "unchanged", "unique")}

@@ -1,6 +1,6 @@
 """The fetcher: a keyed PyFlink process function that turns each FetchRequest into one FetchResult.
 
-Pipeline position (ARCHITECTURE.md §1): frontier → **fetch** → parse / WARC (pages) or crawl.outcomes
+Pipeline position (docs/architecture.md §1): frontier → **fetch** → parse / WARC (pages) or crawl.outcomes
 (robots.txt and tdmrep.json, the per-host preflight files, fetched alike: decision 1930). Per request:
 resolve the host (operators/resolver.py: static pins, then asynchronous DNS with its own deadline and
 bounded concurrency, cached with bounded TTLs, failures and timeouts cached too) → SSRF guard on every
@@ -168,7 +168,7 @@ class Fetcher:
             return None
 
     async def fetch(self, request: FetchRequest) -> FetchResult:
-        """One FetchResult for `request`; never raises (fetch limits, ARCHITECTURE.md §7)."""
+        """One FetchResult for `request`; never raises (fetch limits, docs/architecture.md §7)."""
         result = await self._fetch(request)
         if self._tally is not None:
             self._tally.record(result)
@@ -615,10 +615,10 @@ def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_r
     (crawl.outcomes), and
     fetch → parse → WARC writer, joined there by the content dedup verdicts of
     parse → probe → dedup (decision 1616) (pages.parsed, crawl.frontier, crawl.outcomes). The fetch
-    operator needs the `process` execution mode to be in force when this is called (ARCHITECTURE.md
+    operator needs the `process` execution mode to be in force when this is called (docs/architecture.md
     §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
     the job-level mode they need, is in force on return. With a `soft404` policy, parse compares each
-    page that carries its host's probe answer with it (decision 1803); None: no checks. `sitemaps`
+    page that carries its host's probe answer with it (decision 1844); None: no checks. `sitemaps`
     limits how parse reads the answers of sitemap leases (decision 1812). `parse_parallelism` (None:
     the environment's) sets how many parse subtasks the fetchers' pages are spread over (decision 1830).
     """

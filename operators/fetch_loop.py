@@ -9,7 +9,7 @@ Threads: the operator's thread hands requests in (`submit`) and takes results ou
 loop's thread owns everything else (gate rows, wake-up handles, fetch tasks), so the gate needs no
 lock. The gate's decisions are the pure ones of `udfs.ip_gate`; its rows live in memory, because a
 request only waits here while an earlier fetch on its address runs, and one lost in a crash comes
-back when its frontier lease expires (ARCHITECTURE.md §1 lease, at-least-once).
+back when its frontier lease expires (docs/architecture.md §1 lease, at-least-once).
 
 A request whose address the frontier does not know yet (a host resolved by DNS, before its first
 fetch came back) is resolved when it arrives, before it waits at the gate, and waits at the gate of

@@ -9,7 +9,7 @@ Recrawl (issue #6, decision 1110): a fetched URL's due time puts it in a due buc
 end ms → its URLs) with one processing-time timer per bucket, separate from the politeness timer;
 when it fires, the bucket's URLs go to the host's recrawl lane. Gauges (issue #7) are running totals
 per subtask, updated from each host's state before and after every call (`FrontierGauges`).
-It must run in `thread` execution mode (ARCHITECTURE.md §4); it works in `process` mode too.
+It must run in `thread` execution mode (docs/architecture.md §4); it works in `process` mode too.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     "parse_strikes", "hosts_held_parse_strikes",
     # decision 3781: page completions whose capture the writer lost (requeued, nothing charged)
     "completions_not_archived",
-    # decision 1803: soft-404 probes leased, hosts whose probe was answered 200 (their pages are
+    # decision 1844: soft-404 probes leased, hosts whose probe was answered 200 (their pages are
     # checked), and pages found to be the host's "not found" page
     "probe_leased", "probe_suspect", "probe_by_tdmrep", "soft_404",
     # decision 1811: questions to the domain census, and its answers (a host's share of its domain's budget)
@@ -196,7 +196,7 @@ class HostFrontier:
     robots.txt (decision 1930), its body kept there, parsed once per host and expiry into a transient
     cache like the robots rules, and a released page carries its file rule's value (`tdm_file`).
     With a `soft404` policy each host with a queue is probed next (a random page-like path, decision
-    1803); while its probe answer is a 200 page, each released page carries it (`soft404_probe`) for
+    1844); while its probe answer is a 200 page, each released page carries it (`soft404_probe`) for
     the parse step to compare with. With `budgets`, admissions spend the host's URLs-per-round tokens
     and page releases its pages-per-day tokens, both scaled by the host's importance (decision 1805);
     with `census` too, each host asks the domain census how many hosts its registrable domain has and
@@ -226,7 +226,7 @@ class HostFrontier:
         self.gauges = gauges
         self.trips = LeaseTrips()   # where page leases wait: before or after their fetch (decision 1833)
         self.budget = budget   # None: every ready host leases at once (no bound on leases out, decision 1618)
-        self.soft404 = soft404  # None: no soft-404 probes, no checks (decision 1803)
+        self.soft404 = soft404  # None: no soft-404 probes, no checks (decision 1844)
         self.budgets = budgets  # None: no pages-per-day or URLs-per-round budget (decision 1805)
         self.census = census and budgets is not None   # False: no domain shares (decision 1811)
         self.sitemaps = sitemaps   # None: robots.txt Sitemap: lines are not followed (decision 1812)
@@ -851,7 +851,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         self.optout = optout if optout is not None else dataclasses.replace(DEFAULT_OPTOUT_POLICY, fetch_tdmrep=False)
         self.recrawl = recrawl
         # Like tdmrep.json: a frontier built without a `[soft404]` policy (test harnesses that script
-        # every fetch) leases no probes; the job passes its section when enabled (decision 1803).
+        # every fetch) leases no probes; the job passes its section when enabled (decision 1844).
         self.soft404 = soft404
         self.budgets = budgets   # likewise: the job passes `[budgets]` when enabled (decision 1805)
         self.census = census     # and wires the domain census when its shares are on (decision 1811)

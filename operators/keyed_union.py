@@ -4,7 +4,7 @@
 own whose one output channel carries both inputs in arrival order: one more network hop, and one more
 Python call per event in the TaskManager's interpreter. Keyed here, each input reaches the keyed
 operator on channels of its own. In front of the frontier this did not shorten the 12-16 s a lease end
-waited there (BENCHMARKS.md #8 step 16): that wait was the release bound's own queue (decision 1834),
+waited there (docs/perf/crawl-throughput-history.md step 16): that wait was the release bound's own queue (decision 1834),
 not the union's. It is kept for the hop and the call it saves.
 
 Each input must already carry `Row(key, value)` (what PyFlink's own key_by map emits); this module then

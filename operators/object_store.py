@@ -1,4 +1,4 @@
-"""Uploads finished WARC files to S3-compatible object storage (ARCHITECTURE.md §3) through boto3.
+"""Uploads finished WARC files to S3-compatible object storage (docs/architecture.md §3) through boto3.
 
 `ObjectStore(policy, root)` is created inside a Flink function's `open()` (boto3 clients do not pickle).
 An upload is whole-file (multipart above boto3's threshold) and is checked with a HEAD of the object:

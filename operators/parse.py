@@ -1,6 +1,6 @@
 """The parse step: a page FetchResult becomes a bundle of the result plus what the page says.
 
-Pipeline position (ARCHITECTURE.md §1): fetch → **parse** → WARC writer. Robots results never come
+Pipeline position (docs/architecture.md §1): fetch → **parse** → WARC writer. Robots results never come
 here: `robots_event` turns them into `RobotsResult` events for crawl.outcomes, and `tdmrep_outputs` turns
 tdmrep.json results into `TdmrepResult` events (decision 1930). Every decision is in `udfs`
 (`page_facts.parse_result`: links, SimHash, the TDM opt-out, the soft-404 check, sitemaps); this map runs
@@ -37,12 +37,12 @@ LIMIT_REASONS = ("depth", "elements", "cpu", "memory", "crashed")
 
 
 def is_probe(result: FetchResult) -> bool:
-    """Whether `result` answers a soft-404 probe lease (routed to crawl.outcomes, not to parse: decision 1803)."""
+    """Whether `result` answers a soft-404 probe lease (routed to crawl.outcomes, not to parse: decision 1844)."""
     return result["request"].get("kind") == "probe"
 
 
 def probe_event(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY) -> ProbeResult:
-    """The `ProbeResult` crawl.outcomes event of a soft-404 probe (decision 1803): the SimHash and title
+    """The `ProbeResult` crawl.outcomes event of a soft-404 probe (decision 1844): the SimHash and title
     of a complete page answer, computed as for any page, so the frontier can compare the host's pages."""
     page_simhash, title = None, None
     if is_complete_page(result):
@@ -81,7 +81,7 @@ def _preflight(result: FetchResult) -> PreflightResult:
 
 
 def robots_event(result: FetchResult, max_bytes: int) -> RobotsResult:
-    """The `RobotsResult` crawl.outcomes event of a robots.txt fetch (ARCHITECTURE.md §3), body capped."""
+    """The `RobotsResult` crawl.outcomes event of a robots.txt fetch (docs/architecture.md §3), body capped."""
     return RobotsResult(type="robots", body_b64=b64(result["body"][:max_bytes]), retry_after=_retry_after(result),
                         **_preflight(result))
 

@@ -1,6 +1,6 @@
 """The WARC writer: archives each page fetch, then tells the rest of the crawl about it.
 
-Pipeline position (ARCHITECTURE.md §1): parse → **WARC writer** → pages.parsed, crawl.frontier
+Pipeline position (docs/architecture.md §1): parse → **WARC writer** → pages.parsed, crawl.frontier
 (discoveries) and crawl.outcomes (completions); the dedup verdicts of the pages reach it on a second
 input, keyed like the pages, and each page waits for its own (decision 1616).
 For each ParsedBundle it appends a response + request record pair (one gzip member each, built by
@@ -89,7 +89,7 @@ EVENT_TYPE = Types.TUPLE([Types.STRING(), Types.STRING(), Types.PRIMITIVE_ARRAY(
 
 @dataclasses.dataclass(frozen=True)
 class WarcFileSettings:
-    """When a WARC file is closed and the next one started (ARCHITECTURE.md §3: about 1 GB files)."""
+    """When a WARC file is closed and the next one started (docs/architecture.md §3: about 1 GB files)."""
 
     # Roll once a file reaches this many bytes (the capture that crosses it is the last one).
     max_file_bytes: int = 1_000_000_000
@@ -767,7 +767,7 @@ def is_alias(bundle: ParsedBundle) -> bool:
 
 
 def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None = None) -> Completion:
-    """The `Completion` crawl.outcomes event that ends the page's lease (ARCHITECTURE.md §3), with the
+    """The `Completion` crawl.outcomes event that ends the page's lease (docs/architecture.md §3), with the
     capture a later 304 revisit refers to (`capture_of`), if any."""
     result = bundle["result"]
     request = result["request"]
@@ -800,7 +800,7 @@ def canonical_verdict(bundle: ParsedBundle) -> CanonicalVerdict | None:
 
 
 def is_soft_404_page(bundle: ParsedBundle) -> bool:
-    """Whether parse found the page to be its host's "not found" page served as a 200 (decision 1803)."""
+    """Whether parse found the page to be its host's "not found" page served as a 200 (decision 1844)."""
     page = bundle["page"]
     return page is not None and page.get("soft_404") is True
 
@@ -865,7 +865,7 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
 
     Links marked nofollow (or all links of a nofollow page) are dropped; depth is the page's + 1.
     An exact duplicate of another URL adds none: its owner's links were discovered (decision 1300); nor
-    does a soft 404 (its links are the error page's, decision 1803). A rel=canonical the page names on its
+    does a soft 404 (its links are the error page's, decision 1844). A rel=canonical the page names on its
     own site (an unverified hint) is sent like a link (decision 1804), naming the page in `canonical_of`
     so the frontier can revise the page's verdict if the canonical is broken (decision 1820); when the
     page also links to it, the one entry carries both.

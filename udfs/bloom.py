@@ -1,4 +1,4 @@
-"""A Bloom filter over 64-bit URL fingerprints, in front of the frontier's URL table (ARCHITECTURE.md §1
+"""A Bloom filter over 64-bit URL fingerprints, in front of the frontier's URL table (docs/architecture.md §1
 "link dedupe: Bloom filter + authoritative URL records").
 
 Most discovered links are already known (§7: ~90%), but most *new* links are cheaper to reject as

@@ -1,6 +1,6 @@
 """Per-host and per-registrable-domain crawl budgets tied to importance (issue #4 "Budgets and traps"; decision 1800).
 
-Two budgets, each a token bucket (ARCHITECTURE.md §2 invariant 6: "per-host budgets"):
+Two budgets, each a token bucket (docs/architecture.md §2 invariant 6: "per-host budgets"):
 - pages per day: one token per page released for fetching, refilled continuously at the daily
   capacity per day and never holding more than one day's capacity (`admit_budget`);
 - URLs admitted per round: one token per discovered URL admitted to a queue, refilled at the round
@@ -13,7 +13,7 @@ state: each host keeps a second row, its *share* of the domain's budget, `1 / ho
 domain capacity at the host's own importance (decision 1800: the host count arrives in events).
 `admit_all` spends from the host row and the share row together, or from neither.
 
-Rows are plain JSON text with a schema version (ARCHITECTURE.md §3), never pickled classes.
+Rows are plain JSON text with a schema version (docs/architecture.md §3), never pickled classes.
 Nothing here reads a clock: `now` is epoch seconds, always a parameter.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The operator control contract: commands on `crawl.control` and operator seeds on `crawl.frontier`.
 
-Spec: ARCHITECTURE.md §3 (`crawl.control`: validated, rejects reported on a status topic), issue #7
+Spec: docs/architecture.md §3 (`crawl.control`: validated, rejects reported on a status topic), issue #7
 (operator control without a deploy), decisions 1400-1405.
 
 A command is one JSON record (udfs.records.encode) with `v`, `type`, `id` (a uuid4 hex chosen by the
@@ -540,7 +540,7 @@ def check_seeds(urls: Iterable[Any]) -> tuple[list[str], list[InvalidSeed]]:
 
 
 def seed_batches(urls: Iterable[Any], priority: int, now: float) -> list[tuple[str, DiscoveredBatch]]:
-    """Seed URLs as `crawl.frontier` `discovered` events, grouped per host (ARCHITECTURE.md §3), with the
+    """Seed URLs as `crawl.frontier` `discovered` events, grouped per host (docs/architecture.md §3), with the
     host key to use as Kafka key; at most SEED_BATCH_SIZE URLs per event (decision 1403).
 
     Each entry is a UrlEntry with depth 0 and source "seed"; each batch carries `issued_at` = `now` so

@@ -1,5 +1,5 @@
 """Operator controls as the frontier applies them: one table per frontier subtask, mirrored from
-Flink broadcast state (ARCHITECTURE.md §1, `crawl.control ──(broadcast)──▶ frontier`).
+Flink broadcast state (docs/architecture.md §1, `crawl.control ──(broadcast)──▶ frontier`).
 
 Records arrive already validated by `udfs.control.parse_control` (as their `to_record()` dicts). Every
 subtask sees every record, in order, and applies it to the same table, so all subtasks agree. The

@@ -1,6 +1,6 @@
 """Content dedup decisions: exact duplicates by payload SHA-256, near-duplicates by banded SimHash.
 
-Pure logic behind `operators/dedup.py` (ARCHITECTURE.md §1 "content dedupe", issue #5):
+Pure logic behind `operators/dedup.py` (docs/architecture.md §1 "content dedupe", issue #5):
 - Exact: the first capture of a payload owns it. Its owner row (a plain JSON text with a schema
   version, never a pickled class) names the owner's URL, WARC-Date, WARC payload digest and response
   record id, so later captures of the same payload are written as `revisit` records that refer to it
@@ -122,7 +122,7 @@ def exact_candidate(http_status: int | None, fetch_status: str, truncated: str |
 
 
 def encode_owner(row: OwnerRow) -> str:
-    """The owner row as stored in keyed state: JSON with schema version `v` (ARCHITECTURE.md §3)."""
+    """The owner row as stored in keyed state: JSON with schema version `v` (docs/architecture.md §3)."""
     return compact_json.dumps({"v": OWNER_ROW_VERSION, "url": row.url, "url_fp": row.url_fp,
                                "warc_date": row.warc_date, "payload_digest": row.payload_digest,
                                "record_id": row.record_id, "captured_at": row.captured_at})

@@ -21,7 +21,7 @@ PHASES = ("dns", "connect", "first_byte", "total")
 
 
 def status_class(fetch_status: Any, http_status: Any) -> str:
-    """The metric class of one fetch outcome (ARCHITECTURE.md §3 completions; docs/metrics.md).
+    """The metric class of one fetch outcome (docs/architecture.md §3 completions; docs/metrics.md).
 
     A complete response (`ok`) is classed by its HTTP status (`http_2xx` ...); anything else by its
     failure kind (`failed_timeout`, `failed_dns_error` ...), even when a partial response came with

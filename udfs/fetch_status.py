@@ -1,7 +1,7 @@
 """Pure helpers that turn one fetch's outcome into record fields (errors as data).
 
 The fetch operator builds every outcome, success or failure, through `fetch_result` so a failure
-travels as a `FetchResult` with a `FetchStatus` and a reason (STYLE.md "Errors as data"); the
+travels as a `FetchResult` with a `FetchStatus` and a reason (errors are data, never raised); the
 completion fields the frontier needs (redirect target, Retry-After) are read back from the headers
 here rather than carried twice. `CappedDecoder` undoes Content-Encoding under the decompressed-size
 cap (decision 0901).
@@ -40,7 +40,7 @@ def fetch_result(
     ip: str | None = None,
     truncated: str | None = None,
 ) -> FetchResult:
-    """One `FetchResult` (udfs/records.py); `url` defaults to the requested URL (ARCHITECTURE.md §3)."""
+    """One `FetchResult` (udfs/records.py); `url` defaults to the requested URL (docs/architecture.md §3)."""
     return FetchResult(
         request=request,
         url=url if url is not None else request["url"],
@@ -166,7 +166,7 @@ class UnsupportedEncoding(ValueError):
 class CappedDecoder:
     """Incremental Content-Encoding decoder that never produces more than `limit` bytes.
 
-    Implements the decompressed-size cap of the fetch limits (ARCHITECTURE.md §7): a gzip, deflate or
+    Implements the decompressed-size cap of the fetch limits (docs/architecture.md §7): a gzip, deflate or
     brotli bomb stops after `limit + 1` decoded bytes, whatever its ratio. `feed(data, max_out)` returns
     the decoded bytes (already cut at the cap), at most `max_out` of them, and sets `over_limit` once
     the cap is reached; input that still holds output stays inside (`pending`) and comes out at the next

@@ -7,7 +7,7 @@ delegates every decision here:
 - queue slots (MapState slot key → `QueueItem` row): a slot key is `priority * 2**40 + seq`, so
   push and pop are one state write each and no queue is ever read whole;
 - the URL table (MapState signed url_fp → `UrlRecord` row): a url_fp is admitted only when it has
-  no row, or its last fetch is older than one crawl cycle (ARCHITECTURE.md §2 invariant 3);
+  no row, or its last fetch is older than one crawl cycle (docs/architecture.md §2 invariant 3);
 - the robots.txt body as received (base64 text), parsed lazily by the operator;
 - the `/.well-known/tdmrep.json` body as received (base64 text; "" = no file), likewise (decision 1930).
 
@@ -81,7 +81,7 @@ def replace(obj: Any, **changes: Any) -> Any:
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
 
-STATE_VERSION = 6               # 6: host budget (decision 1805); 5: soft-404 probe (decision 1803); 4: tdmrep.json (1930);
+STATE_VERSION = 6               # 6: host budget (decision 1805); 5: soft-404 probe (decision 1844); 4: tdmrep.json (1930);
 _READABLE_VERSIONS = (1, 2, 3, 4, 5, STATE_VERSION)   # 3: recrawl lane, host signals, draw counter (decision 1110); 2: traps (0804)
 TDMREP_PATH = "/.well-known/tdmrep.json"   # TDMRep, "TDM File on the Origin Server"
 PRIORITIES = 10                 # UrlEntry.priority 0 (highest) .. 9
@@ -114,7 +114,7 @@ class FrontierPolicy:
     recrawl_after_s: the crawl cycle: a fetched URL is not admitted again until this much later (7 days).
     max_pops_per_call: queue entries examined per event or timer before yielding (bounds one call's work) (100).
     max_redirect_hops: redirects followed from the first URL of a chain; a redirect target further
-        along is dropped as `dropped_redirect_chain` (5, ARCHITECTURE.md §7).
+        along is dropped as `dropped_redirect_chain` (5, docs/architecture.md §7).
     fast_growth_urls: new URL-table rows per window above which a host is counted once per window
         as `hosts_fast_growing` (1,000).
     fast_growth_window_s: that window, in seconds (1 h).
@@ -126,7 +126,7 @@ class FrontierPolicy:
         (completions per second × this) leases out, and a ready host past that waits in the frontier
         for room (decision 1618). When the crawl is CPU-bound every lease takes about this long (Little's
         law), so it is also how soon a busy host's next page can go: 8 s, room for a lease's trip
-        without queues (1.3 s on the loopback web, BENCHMARKS.md #8 step 18) plus the sites' own fetch
+        without queues (1.3 s on the loopback web, docs/perf/crawl-throughput-history.md step 18) plus the sites' own fetch
         times; with an `s3://` WARC root the default adds `storage.max_file_age_s`,
         since a completion waits there for its file's upload (decision 1834). At most a third of
         `lease_timeout_s` is used; 0 turns the bound off.
@@ -365,7 +365,7 @@ class UrlStatus(str, enum.Enum):
     MOVED_PERMANENTLY = "moved_permanently"  # answered 301/308: its target replaces it; not refetched this cycle
     REDIRECTED = "redirected"  # answered 302/303/307: still the canonical URL, refetched next cycle
     TAKEN_DOWN = "taken_down"  # an operator takedown (crawl.control): never queued or fetched again
-    SOFT_404 = "soft_404"      # a 200 page that is the host's "not found" page (decision 1803): recrawled rarely
+    SOFT_404 = "soft_404"      # a 200 page that is the host's "not found" page (decision 1844): recrawled rarely
     GONE = "gone"              # answered 404 or 410 (decision 1820): like DONE everywhere, but a broken canonical
 
 
@@ -529,7 +529,7 @@ def claim_canonical(record: UrlRecord, alias: str) -> tuple[UrlRecord, Claim]:
 def broken_reason(record: UrlRecord | None, http_status: Any = None) -> str | None:
     """Why a canonical whose row is `record` is broken, for its pages' revised verdicts (decision 1820),
     or None when it is not: its last fetch answered 404 or 410 (`http_status`, when the caller has the
-    completion, says which) or was the host's soft 404 (decision 1803)."""
+    completion, says which) or was the host's soft 404 (decision 1844)."""
     if record is None:
         return None
     if record.status is UrlStatus.GONE:
@@ -598,7 +598,7 @@ class HostState:
     gauge_epoch: int = 0       # the frontier run whose gauges count this host (0 = none)
     tdmrep_expires_at: float = 0.0  # until when the tdmrep.json verdict holds (0 = never fetched; decision 1930)
     tdmrep_found: bool = False      # whether that verdict is a file (its body is in the tdmrep ValueState)
-    probe: ProbeRow | None = None   # the answer to the host's soft-404 probe (None = never probed; decision 1803)
+    probe: ProbeRow | None = None   # the answer to the host's soft-404 probe (None = never probed; decision 1844)
     budget: BudgetRow | None = None  # the host's page and URL token buckets (None = never spent: full; decision 1805)
     seeded: bool = False            # a seed URL of the host was admitted (raises its importance)
     min_depth: int | None = None    # the smallest depth of a URL it admitted (None = none yet)
@@ -704,7 +704,7 @@ class HostState:
 
 
 def signed_fp(fp: int) -> int:
-    """A u64 url_fp (ARCHITECTURE.md §3) as the signed 64-bit key of the URL-table MapState (two's complement)."""
+    """A u64 url_fp (docs/architecture.md §3) as the signed 64-bit key of the URL-table MapState (two's complement)."""
     return fp - (1 << 64) if fp >= (1 << 63) else fp
 
 
@@ -818,7 +818,7 @@ def _non_negative_int(value: Any) -> bool:
 
 
 def source_of(raw: dict[str, Any]) -> str:
-    """The `source` of a UrlEntry (ARCHITECTURE.md §3: "seed", "link", "redirect", "sitemap", "recrawl");
+    """The `source` of a UrlEntry (docs/architecture.md §3: "seed", "link", "redirect", "sitemap", "recrawl");
     "link" when absent or mistyped, so an entry that does not say it is a seed gets every trap rule."""
     source = raw.get("source")
     return source if isinstance(source, str) else "link"
@@ -828,7 +828,7 @@ def screen(state: HostState, item: QueueItem, source: str, now: float,
            traps: TrapPolicy = DEFAULT_TRAP_POLICY,
            policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> str | None:
     """The metric of the rule that drops a discovered URL before its URL-table row is read, or None
-    (§2 invariant 6: trap rules; RFC 9110 §15.4 with ARCHITECTURE.md §7's 5-redirect cap). Never raises.
+    (§2 invariant 6: trap rules; RFC 9110 §15.4 with docs/architecture.md §7's 5-redirect cap). Never raises.
 
     A redirect target more than `max_redirect_hops` along is `dropped_redirect_chain`; otherwise the
     trap chain (udfs.traps.check_url) judges the URL with the entry's depth, `now` and the host's
@@ -1028,7 +1028,7 @@ def recrawl_item(record: UrlRecord | None, url: str, fp: int, now: float,
     """The recrawl-lane item for a URL whose due bucket has come (issue #6 "Scheduling"; decision
     1110), or None when the bucket entry is stale: the URL was queued meanwhile, is no longer DONE,
     or was rescheduled for later. Its tier is `tier_of(value weight, urgency)`; it carries the
-    validators and the previous capture for a conditional GET. A soft 404 (decision 1803) comes back
+    validators and the previous capture for a conditional GET. A soft 404 (decision 1844) comes back
     in the lowest tier, without validators: it has no history of its own worth a conditional GET."""
     if record is not None and record.status is UrlStatus.SOFT_404:
         if record.due is None or now + 1e-3 < record.due:
@@ -1059,7 +1059,7 @@ def push_recrawl(state: HostState, item: QueueItem, due: float) -> tuple[HostSta
 class Step(str, enum.Enum):
     FETCH_ROBOTS = "fetch_robots"   # lease robots.txt now
     FETCH_TDMREP = "fetch_tdmrep"   # lease /.well-known/tdmrep.json now (decision 1930)
-    FETCH_PROBE = "fetch_probe"     # lease the host's soft-404 probe now (decision 1803)
+    FETCH_PROBE = "fetch_probe"     # lease the host's soft-404 probe now (decision 1844)
     POP = "pop"                     # pop a URL and try to lease it
     WAIT = "wait"                   # nothing to do before `Plan.at`
     IDLE = "idle"                   # nothing queued: no timer needed
@@ -1086,7 +1086,7 @@ def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Pol
     """What the host may do at `now` (§2 invariants 1-2): one lease at a time, robots.txt first,
     nothing before next_allowed_at, nothing but a robots retry while robots.txt is unreachable;
     with `tdmrep` on, tdmrep.json second, before any page (decision 1930); with a `soft404` policy,
-    the soft-404 probe next, when `probe_due` (decision 1803); with `budgets`, no page before the host
+    the soft-404 probe next, when `probe_due` (decision 1844); with `budgets`, no page before the host
     has a token of its pages-per-day budget (decision 1805; robots.txt, tdmrep.json and the probe
     are not budgeted) and of its share of the domain's (decision 1811)."""
     if state.lease is not None:
@@ -1267,7 +1267,7 @@ def lease_probe(state: HostState, host: str, url: str, fp: int, rules: RulesLike
     """Lease the host's soft-404 probe `url` (udfs.soft404.probe_url); only when plan() says FETCH_PROBE.
 
     The probe passes robots.txt like any URL: when it is disallowed nothing is fetched and the host
-    gets an inconclusive answer (no checks; tried again after `retry_after_s`). Decision 1803.
+    gets an inconclusive answer (no checks; tried again after `retry_after_s`). Decision 1844.
     """
     if _robots_forbid(state, rules, url, policy):
         return replace(state, probe=no_answer(now)), None
@@ -1291,7 +1291,7 @@ def _end_preflight(state: HostState, event: dict[str, Any], now: float,
 
 def on_probe(state: HostState, event: dict[str, Any], now: float,
              politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
-    """End the probe lease a `ProbeResult` names and keep its answer (decision 1803); never raises.
+    """End the probe lease a `ProbeResult` names and keep its answer (decision 1844); never raises.
 
     A complete response keeps its status, SimHash, length and title; anything else (timeout, network
     error, a size or type limit) is no answer, tried again after `Soft404Policy.retry_after_s`.
@@ -1408,7 +1408,7 @@ def _number(value: Any) -> float | None:
 
 def learned_ip(state: HostState, event: dict[str, Any]) -> str | None:
     """The host's address after a fetch outcome: the event's `ip` when it names a valid address, else
-    the one known before (ARCHITECTURE.md §2 invariant 1, the per-IP limit; udfs.ip_gate)."""
+    the one known before (docs/architecture.md §2 invariant 1, the per-IP limit; udfs.ip_gate)."""
     ip = event.get("ip")
     if isinstance(ip, str) and len(ip) <= 64:
         try:
@@ -1473,7 +1473,7 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
         return state, Outcome(True, UrlRecord(moved, now), lease.item.fp)
     if event.get("soft_404") is True and http_status == 200:
         # the host's "not found" page: an error, not content; with recrawl on, looked at again only
-        # after the longest interval (issue #5 "recrawled rarely", decision 1803)
+        # after the longest interval (issue #5 "recrawled rarely", decision 1844)
         due = now + recrawl.max_interval_s if recrawl is not None else None
         record = UrlRecord(UrlStatus.SOFT_404, now, due=due, depth=lease.item.depth)
         return state, Outcome(True, record, lease.item.fp, recrawl=lease.item.recrawl, url=lease.item.url)

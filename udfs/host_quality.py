@@ -8,7 +8,7 @@ The ratio sets a priority offset 0..3 for the host's newly discovered URLs; a le
 when the ratio falls below its threshold and left only when it climbs `hysteresis` above it, so a
 ratio hovering at a threshold does not flip the host's priority back and forth.
 
-The row is plain JSON text with a schema version (ARCHITECTURE.md §3). No clock, no I/O.
+The row is plain JSON text with a schema version (docs/architecture.md §3). No clock, no I/O.
 """
 from __future__ import annotations
 

@@ -1,12 +1,12 @@
-"""The per-IP politeness gate: host names that share a server share its budget (ARCHITECTURE.md §2
+"""The per-IP politeness gate: host names that share a server share its budget (docs/architecture.md §2
 invariant 1, "and per IP, with a separate IP limit for shared hosting").
 
 The frontier keeps one lease per host; the fetcher, keyed by the request's gate key (`gate_key`: the
 server address when the frontier knows it, a static pin or the address of the host's last fetch, else
 `host:<host>`, which degenerates to the per-host rule), keeps this gate for each of its keys
 (operators/fetch_loop.py, decision 1612). Per key it queues requests and releases at most
-`max_in_flight` at once, `min_gap_s` apart; each release is a lease that ends with an `ip_done` (one
-per fetch outcome) or at its deadline.
+`max_in_flight` at once, `min_gap_s` apart; each release is a lease that ends with its fetch's
+`ip_done` (the fetcher gives it no deadline; a deadline is for callers that can lose an outcome).
 
 Pure: values in, values out.
 """
@@ -28,7 +28,7 @@ RELEASE_MARGIN_S = 5.0
 
 def max_wait_for(lease_timeout_s: float, total_timeout_s: float) -> float:
     """The longest a request may wait at the gate and still finish before its frontier lease expires
-    (ARCHITECTURE.md §1 lease, §2 invariant 1): a request released later could still be in flight when
+    (docs/architecture.md §1 lease, §2 invariant 1): a request released later could still be in flight when
     the frontier, its lease expired, leases the host's next URL. The `[ipgate] max_wait_s` default
     follows `frontier.lease_timeout_s` and `fetch.total_timeout_s` through this rule."""
     return max(1.0, lease_timeout_s - total_timeout_s - RELEASE_MARGIN_S)
@@ -101,7 +101,7 @@ class IpGatePolicy:
 
 def too_late_to_start(request: dict[str, Any], now: float, total_timeout_s: float) -> bool:
     """Whether a fetch starting `now` could end after the frontier's lease of `request` expired
-    (`lease_deadline`, ARCHITECTURE.md §1 lease): its completion would come back stale, the frontier
+    (`lease_deadline`, docs/architecture.md §1 lease): its completion would come back stale, the frontier
     having leased the URL again, so the fetch would be spent twice, and the two could be in flight on
     the host together. A fetch may take `total_timeout_s` and its completion RELEASE_MARGIN_S to reach
     the frontier. A request without a deadline (from a job before decision 1614) is never too late."""

@@ -10,7 +10,7 @@ from udfs.storage import is_s3_root, parse_s3_root
 class JobPolicy:
     """The `[job]` section of the crawl configuration."""
 
-    # Frontier shards. Hosts are spread over them by Flink key groups (ARCHITECTURE.md §6).
+    # Frontier shards. Hosts are spread over them by Flink key groups (docs/architecture.md §6).
     parallelism: int = 1
     # Fixed for the life of the savepoints: rescaling beyond it needs a fresh state.
     max_parallelism: int = 128
@@ -47,14 +47,14 @@ class JobPolicy:
     # is Flink's own default). With few hosts a host's next page waits for its last completion's return,
     # which crosses several such hops and the Python workers' bundles: 10 ms here with `bundle_time_ms`
     # 20 made a 200-host crawl 62% faster, but cost 13-20% of the rate at 5,000 hosts (128.6 pages/s against
-    # 148.3-161.1), where CPU is the limit (decision 1835, BENCHMARKS.md #8 step 18). Full buffers go at
+    # 148.3-161.1), where CPU is the limit (decision 1835, docs/perf/crawl-throughput-history.md step 18). Full buffers go at
     # once whatever it is.
     buffer_timeout_ms: int = 100
     # How much lower the frontier's CPU priority is than the rest of the TaskManager (a nice increment of
     # its task thread, 0-19; 0 leaves it alone). Discoveries outrun the frontier on a CPU-bound machine
     # and it takes any CPU it gets for judging that backlog; when the cores are contended, the page path
     # (fetch, parse, writers, dedup) goes first. 10 (a tenth of a normal thread's weight): 150.0 pages/s
-    # against 139.0 at 5,000 hosts, three alternated runs each (decision 1839, BENCHMARKS.md #8 step 22).
+    # against 139.0 at 5,000 hosts, three alternated runs each (decision 1839, docs/perf/crawl-throughput-history.md step 22).
     # With CPU to spare it changes nothing.
     frontier_nice: int = 10
     # The job's Kafka producer (every output topic): how long a record may wait for more to the same

@@ -2,14 +2,14 @@
 
 Three pure pieces the fetch operator (`operators/fetch.py`) applies before and during each request:
 
-- `classify_address(ip, policy)`: the SSRF guard (ARCHITECTURE.md §1 "fetch ─ caching resolver → SSRF
+- `classify_address(ip, policy)`: the SSRF guard (docs/architecture.md §1 "fetch ─ caching resolver → SSRF
   guard"). Every address falls in one category of the IANA special-purpose registries; only `public`
   is allowed by default. `allow_cidrs` re-admit ranges (tests allow 127.0.0.0/8), `deny_cidrs` refuse
   ranges and always win. Cloud metadata addresses are never re-admitted by an allow range, and cloud
   metadata host names (`classify_host_name`) are refused before they are resolved.
 - `parse_host_map(text)`: static name → address pins (`/etc/hosts` or `hostname ip` lines), consulted
   before DNS; every malformed line is reported with its number.
-- `FetchPolicy`: timeouts, size caps, content types, user agent (ARCHITECTURE.md §7 limits).
+- `FetchPolicy`: timeouts, size caps, content types, user agent (docs/architecture.md §7 limits).
 """
 from __future__ import annotations
 
@@ -144,7 +144,7 @@ def classify_address(
     allow: tuple[IPNetwork, ...] = (),
     deny: tuple[IPNetwork, ...] = (),
 ) -> AddressVerdict:
-    """Decide whether the fetcher may connect to `ip` (the SSRF guard, ARCHITECTURE.md §1 fetch).
+    """Decide whether the fetcher may connect to `ip` (the SSRF guard, docs/architecture.md §1 fetch).
 
     Order: a `deny` range (also matched against the IPv4 address embedded in a mapped, 6to4, Teredo or
     NAT64 IPv6 address) refuses; then metadata addresses, embedded ones too, are refused whatever
@@ -217,7 +217,7 @@ def parse_host_map(text: str) -> dict[str, tuple[str, ...]]:
     Accepts `hostname ip` lines and `/etc/hosts` lines (`ip name [alias...]`); `#` starts a comment,
     blank lines are skipped; a name listed on several lines keeps every address, in file order.
     Raises HostMapError listing every malformed line with its number (fetcher host resolution,
-    ARCHITECTURE.md §1 "caching resolver").
+    docs/architecture.md §1 "caching resolver").
     """
     pins: dict[str, list[str]] = {}
     errors: list[str] = []
@@ -257,7 +257,7 @@ DEFAULT_USER_AGENT: Final = "FlinkCrawler/0.1 (+https://crawler.example.org/abou
 
 @dataclasses.dataclass(frozen=True)
 class FetchPolicy:
-    """The `[fetch]` section: how the fetcher talks to the web (ARCHITECTURE.md §7 limits)."""
+    """The `[fetch]` section: how the fetcher talks to the web (docs/architecture.md §7 limits)."""
 
     # Sent on every request; names the crawler and a page explaining it (with contact details).
     user_agent: str = DEFAULT_USER_AGENT

@@ -37,7 +37,7 @@ class PageFacts(TypedDict):
     # {"reserved": bool, "reason": str}: whether the site reserves text-and-data mining (issue #9,
     # decision 1203); pages.parsed carries it as `optout`
     optout: NotRequired[dict[str, Any]]
-    # True: the host's "not found" page served as a 200 (decision 1803): archived, not published,
+    # True: the host's "not found" page served as a 200 (decision 1844): archived, not published,
     # its links not followed
     soft_404: NotRequired[bool]
     # normalised URL -> the same URL in the page's own query order, for links where sorting the query
@@ -70,7 +70,7 @@ class ParsedBundle(TypedDict):
 
 
 def content_hash(body: bytes) -> str:
-    """The `content_hash` of a payload (ARCHITECTURE.md §3): "sha256:" + hex digest."""
+    """The `content_hash` of a payload (docs/architecture.md §3): "sha256:" + hex digest."""
     return "sha256:" + hashlib.sha256(body).hexdigest()
 
 
@@ -108,7 +108,7 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
                  sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> ParsedBundle:
     """Hash, SimHash, extract and judge the TDM opt-out of one page result (§1 parse; issue #9, decisions
     1202-1203); with a `soft404` policy, compare it with its host's probe answer when the request
-    carries one (decision 1803). Never raises (extract reports errors as data, decide counts bad input
+    carries one (decision 1844). Never raises (extract reports errors as data, decide counts bad input
     as no signal, a malformed probe row checks nothing). A sitemap lease's answer is no page: it is
     read as a sitemap (decision 1812), archived and never published."""
     has_response = result["http_status"] is not None

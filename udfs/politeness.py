@@ -1,6 +1,6 @@
 """Politeness arithmetic: when a host may be fetched again, and how failures slow it down.
 
-ARCHITECTURE.md §2 invariant 1: `next_allowed_at = done + max(crawl_delay, 1/rate_limit, 10 × fetch_time)`,
+docs/architecture.md §2 invariant 1: `next_allowed_at = done + max(crawl_delay, 1/rate_limit, 10 × fetch_time)`,
 raised by adaptive backoff after 429 (Retry-After honoured, counted from the answer's arrival), 5xx and
 timeouts (DNS failures and timeouts among the network failures), lowered slowly when the
 host is healthy. The backoff is AIMD on an extra per-host delay: a failure multiplies it (up to a cap),

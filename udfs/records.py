@@ -1,14 +1,15 @@
 """The data contracts between the job's operators and on its Kafka topics.
 
 Records are plain JSON-compatible dicts (never pickled project classes), each carrying the schema
-version `v`, so a new release can read what an old one wrote (ARCHITECTURE.md §3). The TypedDicts
+version `v`, so a new release can read what an old one wrote (docs/architecture.md §3). The TypedDicts
 below document the fields; `encode`/`decode` are the one place that turns them into topic bytes.
 
 Topics
 - `crawl.frontier` (key = host_key): `DiscoveredBatch` events: new URLs from pages, seeds, redirects.
 - `crawl.outcomes` (key = host_key): what became of each lease: `Completion`, `RobotsResult`,
   `TdmrepResult` events, and `LeaseExtend` (a page lease whose capture still waits to be durable);
-  and `IpDone` (key = the IP gate key), routed to the IP gate, not the frontier.
+  `IpDone` (key = the IP gate key) is not written (the fetcher keeps its gate, decision 1612); the
+  job drops any that an older job left on the topic.
   Apart from discoveries so a backlog of new URLs never delays the end of a lease (decision 1610).
   Both topics carry the one event schema and the job reads any event type from either.
 - `pages.parsed`   (key = url_fp as decimal text): `ParsedPage`.
@@ -143,7 +144,7 @@ class Completion(TypedDict):
     # Dedup's verdict on the page (issue #5), for the host's unique-content ratio (udfs.host_quality).
     duplicate: NotRequired[bool]        # an exact duplicate of another URL's payload
     near_duplicate: NotRequired[bool]   # within the SimHash distance of a page already seen
-    soft_404: NotRequired[bool]         # the host's "not found" page served as a 200 (decision 1803)
+    soft_404: NotRequired[bool]         # the host's "not found" page served as a 200 (decision 1844)
     parse_limit: NotRequired[str]       # the parse limit the page met, one of PARSE_LIMITS (decision 3700)
 
 
@@ -196,7 +197,7 @@ class TdmrepResult(PreflightResult):
 
 
 class ProbeResult(PreflightResult):
-    """The outcome of a host's soft-404 probe (a random page-like path, decision 1803): what the
+    """The outcome of a host's soft-404 probe (a random page-like path, decision 1844): what the
     frontier keeps to compare the host's pages with. The page itself is neither archived nor published."""
 
     type: Literal["probe"]
@@ -254,7 +255,7 @@ class FetchRequest(TypedDict):
     # (0 or 1); the parse step weighs it as the TDMRep file signal (issue #9, decision 1930).
     tdm_file: NotRequired[int]
     # Pages only, set only when the host's soft-404 probe was answered 200: that answer as a
-    # udfs.soft404.ProbeRow row; the parse step marks a page like it as a soft 404 (decision 1803).
+    # udfs.soft404.ProbeRow row; the parse step marks a page like it as a soft 404 (decision 1844).
     soft404_probe: NotRequired[str]
     # Pages only, set only for a sitemap (UrlEntry.sitemap): parse reads the answer as a sitemap and the
     # writer sends on the URLs it lists instead of publishing it (decision 1812).

@@ -93,7 +93,7 @@ SCHEDULERS = ("adaptive", "uniform", "halve")
 class RecrawlPolicy:
     """How known pages come due again (config section `[recrawl]`). Times in seconds.
 
-    min_interval_s: shortest revisit interval (3,600 s = 1 h, ARCHITECTURE.md §7).
+    min_interval_s: shortest revisit interval (3,600 s = 1 h, docs/architecture.md §7).
     max_interval_s: longest revisit interval; stable pages back off to it (60 d = 5,184,000 s).
     budget_interval_s: the mean revisit interval the recrawl capacity affords (known URLs ÷ recrawl
         fetches per second), i.e. the uniform share. It sets the default refresh cost μ and the
@@ -263,7 +263,7 @@ class UrlHistory:
 
     def to_row(self) -> list[Any]:
         """The JSON-compatible state row: `[v, last_fetch_at, etag, last_modified, content_hash,
-        simhash, unchanged_streak, [[interval, change], ...], [n, x, t]]` (ARCHITECTURE.md §3)."""
+        simhash, unchanged_streak, [[interval, change], ...], [n, x, t]]` (docs/architecture.md §3)."""
         return [HISTORY_VERSION, self.last_fetch_at, self.etag, self.last_modified, self.content_hash,
                 self.simhash, self.unchanged_streak, [[i, int(c)] for i, c in self.observations],
                 list(self.aggregate)]

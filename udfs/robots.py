@@ -771,7 +771,7 @@ def robots_verdict_for_status(
     | anything else (1xx, < 100, >= 600)       | disallow all  | yes   | §2.3.1.4        |
 
     (*) a 4xx in the RFC's table, but 429 says the server is overloaded, not that the file is
-    missing: like Google we treat it as a server error (fail closed, ARCHITECTURE.md §2 inv. 2).
+    missing: like Google we treat it as a server error (fail closed, docs/architecture.md §2 inv. 2).
     """
     ok_ttl, retry_ttl = policy.cache_ttl_s, policy.unreachable_ttl_s
     if status is None:

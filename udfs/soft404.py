@@ -65,7 +65,7 @@ class Soft404Policy:
     """Soft-404 detection (config section `[soft404]`); defaults documented here.
 
     enabled: probe each host once (robots.txt and tdmrep.json first) and check its 200 pages against
-        the answer (True; decision 1803 wires it into the job).
+        the answer (True; decision 1844 wires it into the job).
     max_hamming: a 200 page whose SimHash is within this many bits of the probe's is the error page
         (3: the near-duplicate distance of Manku et al. 2007, also `dedup`'s).
     use_title: also call a page a soft 404 when its title equals the probe's (True).

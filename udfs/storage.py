@@ -1,5 +1,5 @@
 """Where WARC files are kept: the `[storage]` section for S3-compatible object storage, and the parsing
-of `s3://bucket/prefix` roots (ARCHITECTURE.md §3: files on local disk by default, or S3 via boto3).
+of `s3://bucket/prefix` roots (docs/architecture.md §3: files on local disk by default, or S3 via boto3).
 
 Pure: the uploader that uses these values is `operators/object_store.py`.
 """
@@ -44,7 +44,7 @@ def is_s3_root(root: str) -> bool:
 
 
 def parse_s3_root(root: str) -> S3Root:
-    """`s3://bucket[/prefix]` → S3Root (ARCHITECTURE.md §3); raises ValueError saying what is wrong."""
+    """`s3://bucket[/prefix]` → S3Root (docs/architecture.md §3); raises ValueError saying what is wrong."""
     if not is_s3_root(root):
         raise ValueError(f"{root!r} is not an s3:// URL")
     bucket, _, prefix = root[len(S3_SCHEME):].partition("/")

@@ -1,4 +1,4 @@
-"""Crawler-trap rules: a chain of URL filters, each rejection with a reason (ARCHITECTURE.md §2.6, §7; decision 0400).
+"""Crawler-trap rules: a chain of URL filters, each rejection with a reason (docs/architecture.md §2.6, §7; decision 0400).
 
 Every step is `(url, context) -> Verdict` over a URL already normalised by `udfs.urls.normalize_url`;
 the chain is itself a step and stops at the first rejection (StormCrawler `URLFilter` chain). A step
@@ -76,7 +76,7 @@ class Verdict:
 
 ACCEPT = Verdict(True)
 
-# Reason codes, the Flink metric suffixes `traps/rejected/{reason}` (STYLE.md "every decision counted").
+# Reason codes, the Flink metric suffixes `traps/rejected/{reason}`: every rejection is counted by its reason.
 REASONS: tuple[str, ...] = (
     "url_too_long", "path_too_deep", "repeated_segments", "too_many_query_params",
     "calendar_out_of_window", "session_id_churn", "crawl_depth_exceeded", "filter_error",
@@ -205,8 +205,8 @@ class TrapPolicy:
     """The trap rules (config section `[traps]`); each default is the documented one.
 
     steps: the rules applied, in order (names from STEP_NAMES; all of them by default).
-    max_url_length: longest URL accepted, in characters (ARCHITECTURE.md §7: 2,048).
-    max_path_depth: most non-empty path segments (ARCHITECTURE.md §7: 16).
+    max_url_length: longest URL accepted, in characters (docs/architecture.md §7: 2,048).
+    max_path_depth: most non-empty path segments (docs/architecture.md §7: 16).
     max_segment_repeats: most times one path segment may occur (2: a third time is a loop, as in
         Nutch's default regex-urlfilter rule for `/a/b/a/b/a/b`).
     max_query_params: most query pairs (16).

@@ -1,4 +1,4 @@
-"""URL normalisation, fingerprints and the host slot key (spec: ARCHITECTURE.md §2-§3, decisions 0100-0102).
+"""URL normalisation, fingerprints and the host slot key (spec: docs/architecture.md §2-§3, decisions 0100-0102).
 
 Parsing follows the WHATWG URL Standard through `ada-url` (resolution against a base, IDNA to
 punycode, IPv4/IPv6 host parsing, default ports, dot segments, percent-encoding of what must be
@@ -86,7 +86,7 @@ FP_SEED = 0x5EED_C0DE
 class UrlPolicy:
     """How URLs are normalised (config section `[urls]`); each default is the documented one.
 
-    max_length: longest normalised URL kept, in characters (ARCHITECTURE.md §7: 2,048).
+    max_length: longest normalised URL kept, in characters (docs/architecture.md §7: 2,048).
     sort_query: sort query pairs by name, stable for repeated names (decision 0101: on).
     strip_tracking: drop TRACKING_PARAMS / TRACKING_PREFIXES and `extra_strip_params`.
     strip_session_ids: drop jsessionid/phpsessid/sid/aspsessionid* in Heritrix's value shapes.
@@ -314,7 +314,7 @@ def is_fp(value: object) -> bool:
 
 
 def url_fp(normalized_url: str) -> int:
-    """Stable unsigned 64-bit fingerprint of a normalised URL (ARCHITECTURE.md §3 `url_fp`; decision 0102).
+    """Stable unsigned 64-bit fingerprint of a normalised URL (docs/architecture.md §3 `url_fp`; decision 0102).
 
     MurmurHash3 x64-128 of the UTF-8 bytes with the fixed seed FP_SEED, first 64 bits.
     """
@@ -326,7 +326,7 @@ def url_fp(normalized_url: str) -> int:
 
 
 def host_key(url: str) -> str:
-    """THE slot key of a normalised URL: `host[:port]`, port only when non-default (ARCHITECTURE.md §2.4).
+    """THE slot key of a normalised URL: `host[:port]`, port only when non-default (docs/architecture.md §2.4).
 
     Used for key_by, the robots cache and politeness state. `url` must come from normalize_url
     (lower-case punycode host, default port dropped); raises ValueError for a non-http(s) URL.

@@ -7,7 +7,7 @@ checkpoints a page and its verdict are on the same side of every barrier (parse 
 and the probe keeps its place behind the barrier through every dedup hop), so nothing is waiting here
 when the writer takes a checkpoint, and this store can live in memory.
 
-Bounded all the same (ARCHITECTURE.md §2 invariant 6): beyond `capacity` waiting pages, the oldest is
+Bounded all the same (docs/architecture.md §2 invariant 6): beyond `capacity` waiting pages, the oldest is
 handed back unpaired (the writer archives it as unique); beyond `capacity` waiting verdicts, the oldest
 is dropped. Pure: no I/O, no Flink.
 """

@@ -1,7 +1,7 @@
 """The real keyed frontier on a Flink MiniCluster in `thread` execution mode.
 
 The source is unbounded (a FileSource that keeps monitoring a folder), because a bounded source ends
-the job before processing-time timers fire (ARCHITECTURE.md §4). The test plays the fetcher: it reads
+the job before processing-time timers fire (docs/architecture.md §4). The test plays the fetcher: it reads
 FetchRequests as the job emits them and answers by dropping RobotsResult / Completion events into the
 folder. It proves robots-first, one lease at a time, release after completion + delay, lease expiry
 through a real timer, and that the operator's counters reach Flink's metrics (read through the

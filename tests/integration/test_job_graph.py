@@ -7,15 +7,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pyflink.common import Configuration
 from pyflink.datastream import StreamExecutionEnvironment
 
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
 from udfs.config import load_config
 
 
-def _built(tmp_path: Path, connector_jar: Path, *settings: str) -> StreamExecutionEnvironment:
+def _built(tmp_path: Path, connector_jar: Path, *settings: str,
+           flink: Configuration | None = None) -> StreamExecutionEnvironment:
+    """The job's graph built on an environment of its own (`flink`: the cluster's configuration)."""
     config = load_config("", [f'job.warc_root="{tmp_path / "warc"}"', *settings])
-    env = StreamExecutionEnvironment.get_execution_environment()
+    env = StreamExecutionEnvironment.get_execution_environment(flink)
     configure_env(env, config, sys.executable)
     env.add_jars(connector_jar.as_uri())
     # Port 9 (discard): nothing connects while the graph is only built.
@@ -66,3 +69,14 @@ def test_network_buffers_wait_at_most_the_jobs_buffer_timeout(tmp_path: Path, fl
     """Decision 1835: the job sets Flink's buffer timeout itself (`job.buffer_timeout_ms`), whatever the cluster says."""
     assert _built(tmp_path, flink_connector_jar).get_buffer_timeout() == 100
     assert _built(tmp_path, flink_connector_jar, "job.buffer_timeout_ms=10").get_buffer_timeout() == 10
+
+
+def test_checkpoints_stay_aligned_when_the_cluster_asks_for_unaligned_ones(tmp_path: Path,
+                                                                           flink_connector_jar: Path) -> None:
+    cluster = Configuration()
+    cluster.set_string("execution.checkpointing.interval", "10 s")
+    cluster.set_string("execution.checkpointing.unaligned.enabled", "true")
+    asked = StreamExecutionEnvironment.get_execution_environment(cluster).get_checkpoint_config()
+    assert asked.is_unaligned_checkpoints_enabled()
+    built = _built(tmp_path, flink_connector_jar, flink=cluster).get_checkpoint_config()
+    assert not built.is_unaligned_checkpoints_enabled()

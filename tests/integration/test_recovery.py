@@ -1,4 +1,4 @@
-"""Crash recovery (issues #5 and #7, ARCHITECTURE.md §2 invariant 5).
+"""Crash recovery (issues #5 and #7, docs/architecture.md §2 invariant 5).
 
 First, on files: what a WARC writer killed mid-file leaves behind is cut back to its synced captures
 (decision 1600), and nothing a published page points at is ever cut. Then on a real standalone

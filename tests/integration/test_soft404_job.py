@@ -1,4 +1,4 @@
-"""Soft-404 detection in the real job (issue #5, decision 1803): a synthetic web whose hosts all answer
+"""Soft-404 detection in the real job (issue #5, decision 1844): a synthetic web whose hosts all answer
 unknown paths with a 200 "Page not found" page, and whose pages link to such paths; the job on a
 MiniCluster with a real Kafka broker. From the server's log: each host is probed once, after its
 robots.txt and before its pages. From the topics: every fetched missing path comes back marked as a

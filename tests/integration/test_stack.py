@@ -236,7 +236,7 @@ def test_cli_reports_a_bad_option_value_in_one_line_with_exit_code_2(
 # --- the whole stack through the CLI -------------------------------------------------------------
 
 # Reads crawl.status through the Kafka connector in the cluster's lib/, in thread mode: run twice on
-# one TaskManager it also proves the pemja fix (flink-python in lib/, ARCHITECTURE.md §4).
+# one TaskManager it also proves the pemja fix (flink-python in lib/, docs/architecture.md §4).
 KAFKA_JOB = """
 import sys
 from pyflink.common import Configuration, WatermarkStrategy

@@ -17,7 +17,7 @@ from warcio.archiveiterator import ArchiveIterator
 from operators.object_store import ObjectStore, UploadError, make_client
 from udfs.page_facts import ParsedBundle, parse_result
 from operators.warc_writer import Event, HeldCapture, PageArchiver, WarcFiles, WarcFileSettings
-from tests.integration.test_warc_writer import CASES, T0
+from tests.integration.test_warc_writer import CASES, T0, settle_held
 from tests.warc_validators import warcio_check
 from udfs.records import TOPIC_PAGES
 from udfs.storage import S3Root, StoragePolicy, parse_s3_root
@@ -62,14 +62,7 @@ class Archive:
         return events + self.settle()
 
     def settle(self) -> list[Event]:
-        released, waiting = [], []
-        for held in self.held:
-            events, _ = self.archiver.settle(held)
-            if events is None:
-                waiting.append(held)
-            else:
-                released += events
-        self.held = waiting
+        released, self.held = settle_held(self.archiver, self.held)
         return released
 
 

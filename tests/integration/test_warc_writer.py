@@ -16,6 +16,7 @@ from warcio.archiveiterator import ArchiveIterator
 
 from udfs.page_facts import ParsedBundle, parse_result
 from operators.warc_writer import (
+    Event,
     HeldCapture,
     Location,
     PageArchiver,
@@ -363,15 +364,21 @@ class Grouped:
         return locations, completed(events)
 
     def settle(self) -> list[str]:
-        released, waiting = [], []
-        for held in self.held:
-            events, _ = self.archiver.settle(held)
-            if events is None:
-                waiting.append(held)
-            else:
-                released += events
-        self.held = waiting
+        released, self.held = settle_held(self.archiver, self.held)
         return completed(released)
+
+
+def settle_held(archiver: PageArchiver, held: list[HeldCapture]) -> tuple[list[Event], list[HeldCapture]]:
+    """The events of the held captures that are durable (or lost) now, and the captures still waiting."""
+    released: list[Event] = []
+    waiting: list[HeldCapture] = []
+    for capture in held:
+        events, _ = archiver.settle(capture)
+        if events is None:
+            waiting.append(capture)
+        else:
+            released += events
+    return released, waiting
 
 
 def completed(events) -> list[str]:

@@ -1,4 +1,4 @@
-"""The per-IP gate (udfs/ip_gate.py; ARCHITECTURE.md §2 invariant 1, "and per IP"): never more than the
+"""The per-IP gate (udfs/ip_gate.py; docs/architecture.md §2 invariant 1, "and per IP"): never more than the
 limit in flight per address, releases at least the gap apart, a lost ip_done frees its slot at the
 deadline, CDN ranges are looser. The fetcher's loop keeps it (operators/fetch_loop.py, decision 1612)."""
 from __future__ import annotations

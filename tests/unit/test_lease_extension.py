@@ -328,54 +328,57 @@ class _Writer:
         self.fn.close()
 
 
-def test_the_writer_extends_the_lease_of_a_capture_waiting_longer_than_the_interval(tmp_path):
-    w = _Writer(durable_after=70.0, policy=WarcPolicy(lease_extend_every_s=20.0), tmp_path=tmp_path)
-    try:
-        w.page(f"{HOST}/0000000a-1", lease_deadline=T0 + 55.0)
-        w.advance(100.0)
-        sent = w.extensions()
-        assert [at - T0 for at, _ in sent] == pytest.approx([20.0, 40.0, 60.0], abs=0.05)
-        assert all(event == {"v": 1, "type": "lease_extend", "host": HOST, "lease_id": f"{HOST}/0000000a-1",
-                             "fp": 7} for _, event in sent)
-        assert all(key == HOST for _, (_, key, _) in w.out)
-        # then the completion, once durable, and nothing after it
-        (done_at, (topic, _, value)), = [o for o in w.out if b'"completion"' in o[1][2]]
-        assert done_at == pytest.approx(T0 + 70.0, abs=0.05) and done_at > sent[-1][0]
-        assert w.runtime.group.counters["lease_extensions"].count == 3
-    finally:
+@pytest.fixture
+def writer(tmp_path):
+    """Makes a `_Writer` (a capture durable after `durable_after` s, extensions every `every_s` s); closes them."""
+    made: list[_Writer] = []
+
+    def make(durable_after: float, every_s: float) -> _Writer:
+        made.append(_Writer(durable_after=durable_after, policy=WarcPolicy(lease_extend_every_s=every_s),
+                            tmp_path=tmp_path))
+        return made[-1]
+
+    yield make
+    for w in made:
         w.close()
 
 
-def test_the_writer_extends_at_once_a_lease_near_its_deadline(tmp_path):
-    w = _Writer(durable_after=30.0, policy=WarcPolicy(lease_extend_every_s=20.0), tmp_path=tmp_path)
-    try:
-        w.page(f"{HOST}/0000000a-1", lease_deadline=T0 + 25.0)   # the trip here took most of the lease
-        w.advance(60.0)
-        assert [at - T0 for at, _ in w.extensions()] == pytest.approx([5.0, 25.0], abs=0.05)
-    finally:
-        w.close()
+def test_the_writer_extends_the_lease_of_a_capture_waiting_longer_than_the_interval(writer):
+    w = writer(durable_after=70.0, every_s=20.0)
+    w.page(f"{HOST}/0000000a-1", lease_deadline=T0 + 55.0)
+    w.advance(100.0)
+    sent = w.extensions()
+    assert [at - T0 for at, _ in sent] == pytest.approx([20.0, 40.0, 60.0], abs=0.05)
+    assert all(event == {"v": 1, "type": "lease_extend", "host": HOST, "lease_id": f"{HOST}/0000000a-1",
+                         "fp": 7} for _, event in sent)
+    assert all(key == HOST for _, (_, key, _) in w.out)
+    # then the completion, once durable, and nothing after it
+    (done_at, (topic, _, value)), = [o for o in w.out if b'"completion"' in o[1][2]]
+    assert done_at == pytest.approx(T0 + 70.0, abs=0.05) and done_at > sent[-1][0]
+    assert w.runtime.group.counters["lease_extensions"].count == 3
 
 
-def test_the_writer_sends_no_extension_for_a_capture_that_settles_quickly(tmp_path):
-    w = _Writer(durable_after=5.0, policy=WarcPolicy(lease_extend_every_s=20.0), tmp_path=tmp_path)
-    try:
-        w.page(f"{HOST}/0000000a-1", lease_deadline=T0 + 55.0)
-        w.advance(100.0)
-        assert w.extensions() == []
-        assert [o for o in w.out if b'"completion"' in o[1][2]]
-        assert w.runtime.group.counters["lease_extensions"].count == 0
-    finally:
-        w.close()
+def test_the_writer_extends_at_once_a_lease_near_its_deadline(writer):
+    w = writer(durable_after=30.0, every_s=20.0)
+    w.page(f"{HOST}/0000000a-1", lease_deadline=T0 + 25.0)   # the trip here took most of the lease
+    w.advance(60.0)
+    assert [at - T0 for at, _ in w.extensions()] == pytest.approx([5.0, 25.0], abs=0.05)
 
 
-def test_the_writer_sends_no_extension_when_turned_off(tmp_path):
-    w = _Writer(durable_after=200.0, policy=WarcPolicy(lease_extend_every_s=0.0), tmp_path=tmp_path)
-    try:
-        w.page(f"{HOST}/0000000a-1", lease_deadline=T0 + 55.0)
-        w.advance(300.0)
-        assert w.extensions() == [] and len(w.out) == 1
-    finally:
-        w.close()
+def test_the_writer_sends_no_extension_for_a_capture_that_settles_quickly(writer):
+    w = writer(durable_after=5.0, every_s=20.0)
+    w.page(f"{HOST}/0000000a-1", lease_deadline=T0 + 55.0)
+    w.advance(100.0)
+    assert w.extensions() == []
+    assert [o for o in w.out if b'"completion"' in o[1][2]]
+    assert w.runtime.group.counters["lease_extensions"].count == 0
+
+
+def test_the_writer_sends_no_extension_when_turned_off(writer):
+    w = writer(durable_after=200.0, every_s=0.0)
+    w.page(f"{HOST}/0000000a-1", lease_deadline=T0 + 55.0)
+    w.advance(300.0)
+    assert w.extensions() == [] and len(w.out) == 1
 
 
 def test_a_held_lease_is_due_every_interval_and_first_before_its_deadline():

@@ -1,4 +1,4 @@
-"""udfs.politeness: the pacing arithmetic of ARCHITECTURE.md §2 invariant 1."""
+"""udfs.politeness: the pacing arithmetic of docs/architecture.md §2 invariant 1."""
 from __future__ import annotations
 
 import math

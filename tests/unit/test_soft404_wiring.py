@@ -1,4 +1,4 @@
-"""Soft-404 detection in the job (decision 1803): the probe lease in the frontier's state machine and
+"""Soft-404 detection in the job (decision 1844): the probe lease in the frontier's state machine and
 glue, its crawl.outcomes event, the parse step's comparison, and what the WARC writer does with a
 soft 404 (archived, not published, links not followed, recrawled rarely)."""
 from __future__ import annotations
