@@ -134,9 +134,19 @@ def decode_html(body: bytes, content_type: str = "") -> tuple[str, str]:
 
 
 def squash(text: str, limit: int | None = None) -> str:
-    """Infra §4.6 "strip and collapse whitespace" (over all Unicode whitespace); cut to `limit` characters."""
-    out = " ".join(text.split())
-    return out if limit is None else out[:limit].rstrip()
+    """Strip and collapse whitespace (all Unicode whitespace); cut to `limit` characters.
+
+    With a limit, only a prefix of the text is collapsed: one long enough that its collapsed form runs
+    past `limit`, so its first `limit` characters are the whole text's (a word the prefix cuts short
+    ends past them). A 5 MB page body then costs what its first 200,000 characters do."""
+    if limit is None:
+        return " ".join(text.split())
+    end = 2 * limit + 64
+    while True:
+        out = " ".join(text[:end].split())
+        if len(out) > limit or end >= len(text):
+            return out[:limit].rstrip()
+        end *= 4
 
 
 _LANG_TAG = re.compile(r"[A-Za-z]{2,3}(?=$|[-_])")
