@@ -4,17 +4,39 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# Every Python package at one version with its hashes: runtime, [test], and pip/setuptools/wheel (decision 3810).
+LOCK   := requirements.lock
+# `make lock` resolves pyproject.toml's runtime and [test] pins plus these tools with uv, keeping the versions
+# already in the lock; `make lock LOCK_FLAGS=--upgrade` moves the unpinned ones to the newest.
+LOCK_TOOLS := pip==26.3 setuptools==84.2.1 wheel==0.48.0
+UV_VERSION := 0.13.8
+UV_HOME := .cache/uv-$(UV_VERSION)
+UV     := $(UV_HOME)/bin/uv
 
-.PHONY: install test test-unit test-integration demo bench bench-udfs bench-crawl bench-state bench-freshness clean
+.PHONY: install lock test test-unit test-integration demo bench bench-udfs bench-crawl bench-state bench-freshness clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+# Re-run whenever pyproject.toml or the lock changes: pip brings each package to its locked version.
+# pip comes first (the venv's own is too old for --build-constraint), then the lock with every hash
+# checked, also those of the build tools that the few source distributions and the project are built
+# with (--build-constraint), then the project itself, editable and without dependencies.
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
-	$(PY) -m crawler.cli install
+	sed -n '/^pip==/,/# via/p' $(LOCK) | $(PY) -m pip install -q --require-hashes --no-deps -r /dev/stdin
+	$(PY) -m pip install -q --require-hashes --build-constraint $(LOCK) -r $(LOCK)
+	$(PY) -m pip install -q --no-deps --build-constraint $(LOCK) -e .
+	$(PY) -m pip check
+	$(PY) -m crawler install
 	@touch $(STAMP)
+
+lock: $(UV)
+	printf '%s\n' $(LOCK_TOOLS) | $(UV) pip compile pyproject.toml - --extra test --universal \
+	    --python-version 3.11 --generate-hashes --custom-compile-command 'make lock' --quiet $(LOCK_FLAGS) -o $(LOCK)
+
+$(UV):
+	$(PYTHON) -m venv $(UV_HOME)
+	$(UV_HOME)/bin/pip install -q uv==$(UV_VERSION)
 
 # Every test, inside a loopback-only network namespace (see scripts/in-netns.sh).
 test: install
