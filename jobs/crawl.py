@@ -79,6 +79,11 @@ class Sinks:
     emit: Callable[[StreamExecutionEnvironment, DataStream], None]
 
 
+# A reject carries at most this many characters of the record and of the reason it was refused for (which
+# may quote the record): a record at the topic's size cap must not make a reject over the sink's.
+REJECT_TEXT_CHARS = 1000
+
+
 class DecodeEvents(FlatMapFunction):
     """Raw crawl.frontier values → event dicts; a malformed value becomes a `crawl.status` reject, never a crash."""
 
@@ -95,8 +100,8 @@ class DecodeEvents(FlatMapFunction):
             yield {"kind": "event", "event": self.decode(value)}
         except ContractError as exc:
             self.rejected.inc()
-            yield {"kind": "reject", "reason": str(exc), "raw": value[:1000], "topic": self.topic,
-                   "type": self.reject_type}
+            yield {"kind": "reject", "reason": str(exc)[:REJECT_TEXT_CHARS], "raw": value[:REJECT_TEXT_CHARS],
+                   "topic": self.topic, "type": self.reject_type}
 
 
 class DecodeOutcomes(DecodeEvents):

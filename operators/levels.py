@@ -13,8 +13,20 @@ per `every_s`, because each changed level costs one call into the JVM.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import Any
+
+# A counter moves by a Java long: a level is clamped to ±LEVEL_LIMIT (and one that is no number reads 0),
+# so that a level computed from hostile input can never fail the task that publishes it.
+LEVEL_LIMIT = 1 << 61
+
+
+def clamped_level(value: float) -> int:
+    """`value` as the integer a level counter can follow."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0 if math.isnan(value) else (LEVEL_LIMIT if value > 0 else -LEVEL_LIMIT)
+    return max(-LEVEL_LIMIT, min(LEVEL_LIMIT, int(value)))
 
 
 class Levels:
@@ -33,7 +45,7 @@ class Levels:
             return
         self._refreshed_at = now
         for name, counter in self._counters.items():
-            value = int(self._read(name))
+            value = clamped_level(self._read(name))
             delta = value - self._published[name]
             if delta > 0:
                 counter.inc(delta)

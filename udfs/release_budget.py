@@ -39,6 +39,7 @@ PACE_FACTOR = 2.0        # wake slots come this much faster than completions fre
 HORIZON_TARGETS = 2.0    # no wake slot further ahead than this many targets
 GRACE_S = 60.0           # a lease this long past its deadline is forgotten even if no expiry said so
 BRAKE_HOLD_S = 30.0      # a discovery-lag reading counts this long: hosts braked wake after half to all of it
+MAX_LAG_S = 3650 * 86400.0   # a batch whose page was fetched longer ago than this is malformed, not late
 
 
 class ReleaseBudget:
@@ -78,8 +79,9 @@ class ReleaseBudget:
 
     def discovered(self, found_at: object, now: float) -> None:
         """A discovered batch whose page was fetched at `found_at` is read at `now`: how far this subtask
-        is behind discovery. A batch without a usable time (a seed, an older writer) says nothing."""
-        if is_finite_number(found_at):
+        is behind discovery. A batch without a usable time (a seed, an older writer, a time more than
+        MAX_LAG_S back) says nothing."""
+        if is_finite_number(found_at) and found_at >= now - MAX_LAG_S:
             self._lag_s, self._lag_read_at = max(0.0, now - found_at), now
 
     def lag_s(self, now: float) -> float:

@@ -135,10 +135,17 @@ def loop_config(work: Path, web: SyntheticWebProcess, delay_s: float, *settings:
 
 
 def start_crawl_job(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Path, name: str,
-                    seeds_file: Path) -> tuple[Any, int]:
-    """The real crawl graph on a MiniCluster, reading crawl.frontier from now on, fed the seeds.
+                    seeds_file: Path, cluster: dict[str, str] | None = None) -> tuple[Any, int]:
+    """The real crawl graph on a MiniCluster, reading crawl.frontier from now on, fed the seeds; `cluster`
+    settings configure the MiniCluster (a REST port on loopback, to read the job's counters).
     Returns the JobClient (cancel it) and the start time in ms (collect topics from it)."""
-    env = StreamExecutionEnvironment.get_execution_environment()
+    if cluster:
+        settings = Configuration()
+        for key, value in cluster.items():
+            settings.set_string(key, value)
+        env = StreamExecutionEnvironment.get_execution_environment(settings)
+    else:
+        env = StreamExecutionEnvironment.get_execution_environment()
     configure_env(env, config, sys.executable)
     env.add_jars(connector_jar.as_uri())
     start_ms = int(time.time() * 1000)

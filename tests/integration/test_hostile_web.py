@@ -1,15 +1,21 @@
-"""The whole crawl loop against a synthetic web where every hostile behaviour is switched on (issue 4).
+"""The whole crawl loop against a synthetic web where every hostile behaviour is switched on.
 
 The real job graph runs on a Flink MiniCluster with the session Kafka broker and fetches over real
-HTTP from the synthetic web on 127.x addresses, for a bounded time. What it did is judged from the
-server's request log (politeness, traps, redirect chains, SSRF), from the completion and robots
-events on `crawl.frontier` (each hostile page ends at its limit with a status) and from a listener
-of our own on the denied address the SSRF bait points at.
+HTTP from the synthetic web on 127.x addresses, for a bounded time. Three of its hosts are left out of
+the host map and resolved through a DNS server of our own on loopback, which answers one at once, one
+after the crawler's DNS deadline and one never; half a minute in, malformed records are written to each
+topic the job reads. What it did is judged from the server's request log (politeness, traps, redirect
+chains, SSRF, stalls), from the completion and robots events on `crawl.frontier` and `crawl.outcomes`
+(each hostile page ends at its limit with a status), from the rejects on `crawl.status`, from the job's
+counters (read over the MiniCluster's REST API), from the DNS server's query log and from a listener of
+our own on the denied address the SSRF bait points at.
 """
 from __future__ import annotations
 
 import ipaddress
 import json
+import math
+import queue
 import socket
 import threading
 import time
@@ -17,41 +23,68 @@ import uuid
 from collections import defaultdict
 from itertools import product
 from pathlib import Path
+from typing import NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from pyflink.common.job_status import JobStatus
 
+from crawler import kafka_io
 from crawler.crawl import records_since
-from tests.integration.harness import loop_events, start_crawl_job
-from tests.synthweb import (Behaviour, RobotsVariant, SyntheticWebProcess, WebPolicy, audit_politeness, build_web,
-                            load_log)
+from tests.integration.harness import free_port, frontier_job, next_output, read_metrics, rest_get, start_crawl_job
+from tests.synthweb import (Behaviour, Host, RobotsVariant, SyntheticWebProcess, WebPolicy, audit_politeness,
+                            build_web, load_log)
 from tests.synthweb.audit import ip_concurrency
+from tests.synthweb.dns import DnsStub, Zone
 from tests.synthweb.links import denied_bait_url
 from tests.synthweb.model import DEFAULT_BEHAVIOURS, METADATA_IP, Web, policy_to_dict
 from tests.synthweb.reqlog import requests_only
+from tests.synthweb.robots import RULE_HEAVY_HEAD
 from udfs.config import load_config
-from udfs.records import TOPIC_PAGES
+from udfs.records import (TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, TOPIC_STATUS, ContractError,
+                          decode_frontier_event, encode)
 from udfs.traps import session_key
 
 # REAL robots bodies are left out of the mix: their rules could hide a hostile page from the crawl.
 ROBOTS_MIX = ((RobotsVariant.RULES, 0.35), (RobotsVariant.WILDCARD, 0.2), (RobotsVariant.NOT_FOUND, 0.15),
               (RobotsVariant.SERVER_ERROR, 0.08), (RobotsVariant.TOO_MANY, 0.04), (RobotsVariant.REDIRECT, 0.06),
-              (RobotsVariant.HTML_ERROR, 0.04), (RobotsVariant.EMPTY, 0.08))
-POLICY = WebPolicy(behaviour_share=0.7, robots_mix=ROBOTS_MIX)
-# The server subprocess cannot take HostOverrides, so the web was picked by search (n in 16..24,
-# seeds 0..399): every Behaviour sits on a host whose robots.txt lets it be crawled, no such host
-# carries two of the slow pages, three plain hosts, a 503 robots.txt and a shared address.
-# test_the_web_puts_every_hostile_behaviour_on_a_crawlable_host pins that down.
-N_HOSTS = 20
-SEED = 329
+              (RobotsVariant.HTML_ERROR, 0.04), (RobotsVariant.EMPTY, 0.08), (RobotsVariant.RULE_HEAVY, 0.05))
+# The nesting bomb has a test of its own (test_parse_limits_job); the brotli bomb is handed out by name.
+BEHAVIOURS = DEFAULT_BEHAVIOURS | {Behaviour.BROTLI_BOMB}
+POLICY = WebPolicy(behaviour_share=0.7, robots_mix=ROBOTS_MIX, behaviours=BEHAVIOURS)
+# The server subprocess cannot take HostOverrides, so the web was picked by search (n in 16..30,
+# seeds 0..2999, the first fit): every Behaviour sits on a crawlable host (its robots.txt lets it be
+# crawled, its name resolves), no such host carries two of the slow pages, each page with a size or
+# time limit is also on a host that neither answers 429/5xx nor serves another slow page (so a retry
+# cannot push it past the run's end), a wildcard host and a host of at most SMALL_SESSION_HOST pages
+# (whose session paths the session memory holds) have the session trap and no session-trap host has
+# redirects or another trap (their URLs would be counted once per session id), a rule-heavy host has
+# pages under the rules' head and pages outside it, three plain hosts on addresses of their own are left
+# to DNS (`_dns_hosts`) and two more plain hosts stay in the host map, a 503 robots.txt and a shared
+# address. test_the_web_puts_every_hostile_behaviour_on_a_crawlable_host pins that down.
+N_HOSTS = 26
+SEED = 334
+SMALL_SESSION_HOST = 12
 RUN_S = 120.0
 DELAY_S = 0.3
 MAX_BODY = 2 * 1024 * 1024
 MAX_DECODED = 4 * 1024 * 1024
 UNCRAWLABLE = {RobotsVariant.SERVER_ERROR, RobotsVariant.TOO_MANY}
+SLOW_PAGES = {Behaviour.SLOW_DRIP, Behaviour.SLOW_FIRST_BYTE, Behaviour.HUGE_PAGE}
+FAILING = {Behaviour.RATE_LIMITED, Behaviour.FLAKY_5XX}
 FOLLOW_WINDOW_S = 20.0   # a redirect answered this close to the end may not have been followed yet
 SSRF_PORT = 80   # bait links spell the denied address without a port
+BOMB_WIRE_BYTES = 4096   # the brotli bomb on the wire: a few hundred bytes
+DNS_TIMEOUT_S = 1.0        # the crawler's deadline for one lookup
+DNS_LATE_S = 3.0           # when the late host's answer comes: long after that deadline
+DNS_NEGATIVE_TTL_S = 20.0  # how long a failed lookup is remembered
+ROBOTS_RETRY_S = 10.0      # an unreachable robots.txt is tried again after this, doubling: a few tries per run
+QTYPES = 2                 # a lookup asks for A and AAAA records
+POISON_AT_S = 30.0         # when the malformed records are written, counted from the seeds
+HUGE = 900_000             # characters of a huge value (a topic record may hold 16 MiB)
+TOTAL_TIMEOUT_S = 4.0      # a fetch's whole deadline
+STALL_BUDGET_S = TOTAL_TIMEOUT_S   # the longest the web may go without a new request once the crawl runs
+METRICS_FETCH_S = 1.0      # how often the MiniCluster's REST API fetches the job's metrics
 
 
 class ConnectionCounter:
@@ -93,6 +126,105 @@ def _bait_listener(ip: str) -> ConnectionCounter | None:
         return None
 
 
+class Poison(NamedTuple):
+    """One malformed record for a topic the job reads: its key and value, a text within its first 1000
+    characters (what a reject on crawl.status quotes of it), and whether decoding refuses it; one that
+    decodes has something wrong further in, which the frontier drops and counts."""
+
+    key: bytes | None
+    value: bytes
+    marker: str
+    rejected: bool = True
+
+
+def _json(value: object) -> bytes:
+    """JSON as Python writes it: NaN and Infinity become tokens RFC 8259 has not, which Python reads."""
+    return json.dumps(value).encode()
+
+
+def poison_events(topic: str, target: str) -> list[Poison]:
+    """Malformed records for crawl.frontier or crawl.outcomes (one contract, udfs/records.py); `target` is
+    the host key of a real host, whose well-formed records carry malformed insides."""
+    tag = topic.rsplit(".", 1)[1]
+    m = [f"poison-{tag}-{k}" for k in range(17)]
+    records = [
+        Poison(b"", b"\xff\xfe\x00" + m[1].encode() + b" {not json", m[1]),                 # not JSON, not UTF-8
+        Poison(None, _json([m[2], 1, 2]), m[2]),                                             # JSON, not an object
+        Poison(b"", _json({"v": 1, "type": "discovered", "host": m[3], "urls": {"url": m[3]}}), m[3]),   # no list
+        Poison(b"", _json({"v": math.nan, "type": "completion", "host": m[4]}), m[4]),
+        Poison(None, _json({"v": 1, "type": "domain_hosts", "host": m[5], "hosts": math.inf}), m[5]),
+        Poison(b"", _json({"v": "1", "type": "robots", "host": m[6]}), m[6]),               # a string for a number
+        Poison(b"", _json({"v": 1, "type": "discovered", "host": [m[7]], "urls": []}), m[7]),   # a list for a host
+        Poison(b"", _json({"v": 1, "type": "completion", "host": "", "lease_id": m[8]}), m[8]),  # empty key, host
+        Poison(b"", _json({"v": 1, "type": m[9] + "x" * HUGE}), m[9]),                     # a huge value
+        Poison(b"", _json({"v": 1, "type": "lease_extend", "host": m[10], "lease_id": m[10], "fp": math.inf}),
+               m[10]),
+    ]
+    key, url = target.encode(), f"http://{target}/"
+    if topic == TOPIC_FRONTIER:   # discovered batches whose URL entries are each malformed in their own way
+        records += [
+            Poison(key, _json({"poison": m[11], "v": 1, "type": "discovered", "host": target,
+                               "urls": [{"url": url + m[11] + "-" + "a" * HUGE, "fp": 11}]}), m[11], False),
+            Poison(key, _json({"poison": m[12], "v": 1, "type": "discovered", "host": target, "urls": [
+                {"url": f"{url}{m[12]}-1.html", "fp": math.nan},
+                {"url": f"{url}{m[12]}-2.html", "fp": 2, "depth": math.inf},
+                {"url": f"{url}{m[12]}-3.html", "fp": 3, "priority": "high"},
+                {"url": 4, "fp": 4},
+                f"{url}{m[12]}-5.html",
+                None,
+                {"url": "", "fp": 7},
+                {"url": f"{url}{m[12]}-8.html", "fp": -8},
+                {"url": f"{url}{m[12]}-9.html", "fp": 2 ** 64 + 9},
+                {"url": f"{url}{m[12]}-10.html", "fp": 10, "redirect_hops": -1},
+                {"url": f"{url}{m[12]}-11.html", "fp": 11, "depth": True}]}), m[12], False),
+            # A batch whose page was fetched in 1970: the discovery brake reads its lag until the next
+            # batch. (One fetched 1e300 s ago fails the frontier: test_a_batch_found_in_the_distant_past_...)
+            Poison(b"", _json({"poison": m[13], "v": 1, "type": "discovered", "host": f"{m[13]}.test", "urls": [],
+                               "found_at": 0}), m[13], False),
+        ]
+    else:   # the ends of leases nobody holds, with fields of the wrong types
+        records += [
+            Poison(key, _json({"poison": m[14], "v": 1, "type": "completion", "host": target, "lease_id": 14,
+                               "url": math.nan, "fp": "14", "fetch_status": math.inf, "http_status": "200",
+                               "fetch_ms": -math.inf}), m[14], False),
+            Poison(key, _json({"poison": m[15], "v": 1, "type": "robots", "host": target, "lease_id": m[15],
+                               "fetch_status": "ok", "http_status": 200, "body_b64": 15}), m[15], False),
+            Poison(key, _json({"poison": m[16], "v": 1, "type": "probe", "host": target, "lease_id": m[16],
+                               "http_status": math.nan}), m[16], False),
+        ]
+    return records
+
+
+MALFORMED_ENTRIES = 12     # URL entries of the discovered batches above, each dropped as malformed
+STALE_LEASE_ENDS = 3       # lease ends above that match no lease
+
+
+def poison_controls() -> list[Poison]:
+    """Malformed crawl.control records (udfs/control.py), each refused, none a command the crawl obeys
+    (several would pause it or block every host if they were); each id is its marker."""
+    now = time.time()
+
+    def command(kind: str, **fields: object) -> tuple[bytes, str]:
+        marker = uuid.uuid4().hex
+        return _json({"v": 1, "type": kind, "id": marker, "issued_at": now, **fields}), marker
+
+    host = {"rate_limit_rps": None, "blocked": True}
+    records = [
+        (b"\xff\xfe" + b"poison-control-1 {not json", "poison-control-1"),
+        (_json(["poison-control-2"]), "poison-control-2"),
+        command("pause", issued_at=math.nan),
+        command("pause", issued_at=1e300),
+        command("host", host="poison-control-5.test", rate_limit_rps=math.inf, blocked=False),
+        command("host", host="poison-control-6.test", rate_limit_rps=None, blocked="yes"),
+        command("host", **{**host, "host": ""}),
+        command("host", **{**host, "host": {"name": "poison-control-8.test"}}),
+        command("resume", v="1"),
+        command("takedown", scope="everything", value="/"),
+        command("takedown", scope="pattern", value="poison-control-11" + "a" * 200_000),
+    ]
+    return [Poison(b"" if k % 2 else None, value, marker) for k, (value, marker) in enumerate(records)]
+
+
 @pytest.fixture(scope="module")
 def web() -> Web:
     return build_web(N_HOSTS, SEED, POLICY)
@@ -100,57 +232,146 @@ def web() -> Web:
 
 @pytest.fixture(scope="module")
 def crawl_run(web: Web, kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory: pytest.TempPathFactory):
-    """Crawl the hostile web for RUN_S seconds; the log, the topics' records and the job's state at the end."""
+    """Crawl the hostile web for RUN_S seconds; the log, the topics' records, the job's counters and state at
+    the end, the DNS server's queries and the poison written."""
     work = tmp_path_factory.mktemp("hostile")
     (work / "web").mkdir()
     policy_file = work / "policy.json"
     policy_file.write_text(json.dumps(policy_to_dict(POLICY)))
     bait_ip = urlsplit(denied_bait_url(web)).hostname
-    server = SyntheticWebProcess(N_HOSTS, SEED, work / "web", policy_file=policy_file).start()
+    prompt, late, never = _dns_hosts(web)
+    server = SyntheticWebProcess(N_HOSTS, SEED, work / "web", policy_file=policy_file,
+                                 unpinned=[h.name for h in (prompt, late, never)]).start()
+    dns = DnsStub({prompt.name: Zone((prompt.ip,)), late.name: Zone((late.ip,), delay_s=DNS_LATE_S),
+                   never.name: Zone((never.ip,), delay_s=None)})   # any other name: NXDOMAIN at once
     listener = _bait_listener(bait_ip)
     try:
-        return _crawl(server, listener, bait_ip, work, kafka_bootstrap, flink_connector_jar)
+        dns.start()
+        return _crawl(web, server, dns, listener, bait_ip, work, kafka_bootstrap, flink_connector_jar)
     finally:
         server.stop()
+        dns.stop()
         if listener is not None:
             listener.close()
 
 
-def _crawl(server: SyntheticWebProcess, listener: ConnectionCounter | None, bait_ip: str, work: Path,
-           kafka_bootstrap: str, flink_connector_jar: Path) -> dict:
-    """Run the job against `server` for RUN_S seconds; stops the server (its log is then complete)."""
+def _crawl(web: Web, server: SyntheticWebProcess, dns: DnsStub, listener: ConnectionCounter | None, bait_ip: str,
+           work: Path, kafka_bootstrap: str, flink_connector_jar: Path) -> dict:
+    """Run the job against `server` for RUN_S seconds, poisoning its input topics POISON_AT_S in; stops the
+    server (its log is then complete)."""
     config = load_config("", [
         f'job.warc_root="{work / "warc"}"', f'job.group_id="hostile-{uuid.uuid4().hex[:8]}"',
         "job.checkpoint_interval_ms=5000", "job.bundle_time_ms=50",
-        f'fetch.host_map_file="{server.host_map}"', "fetch.resolve_dns=false",
+        f'fetch.host_map_file="{server.host_map}"', "fetch.resolve_dns=true",
+        f'fetch.dns_nameservers=["{dns.address}"]', f"fetch.dns_timeout_s={DNS_TIMEOUT_S}",
+        f"fetch.dns_negative_ttl_s={DNS_NEGATIVE_TTL_S}",
         'fetch.allow_cidrs=["127.0.0.0/8"]', 'fetch.deny_cidrs=["127.255.0.0/16"]',
-        "fetch.connect_timeout_s=2.0", "fetch.first_byte_timeout_s=2.0", "fetch.total_timeout_s=4.0",
+        "fetch.connect_timeout_s=2.0", "fetch.first_byte_timeout_s=2.0",
+        f"fetch.total_timeout_s={TOTAL_TIMEOUT_S}",
         "fetch.min_speed_grace_s=2.0", f"fetch.max_body_bytes={MAX_BODY}", f"fetch.max_decoded_bytes={MAX_DECODED}",
         f"politeness.default_delay_s={DELAY_S}", f"politeness.min_delay_s={DELAY_S}",
         # fetch_time_factor stays at its default (10): the synthetic server keeps sleeping after the
         # crawler hangs up on /slow/first-byte.html, and a smaller factor shows up as overlap in its log.
         "politeness.backoff_initial_s=1.0", "politeness.backoff_max_s=8.0",
-        "frontier.lease_timeout_s=15.0",
+        "frontier.lease_timeout_s=15.0", f"robots.unreachable_ttl_s={ROBOTS_RETRY_S}",
     ])
+    rest = f"http://127.0.0.1:{free_port()}"
+    cluster = {"rest.bind-address": "127.0.0.1", "rest.port": rest.rsplit(":", 1)[1],
+               "metrics.fetcher.update-interval": str(int(METRICS_FETCH_S * 1000))}
+    target = f"{_pinned_plain(web)[0].name}:{server.port}"
+    poison = {TOPIC_FRONTIER: poison_events(TOPIC_FRONTIER, target),
+              TOPIC_OUTCOMES: poison_events(TOPIC_OUTCOMES, target), TOPIC_CONTROL: poison_controls()}
     client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "hostile-web-test",
-                                       server.seeds)
+                                       server.seeds, cluster)
     try:
         started = time.monotonic()
-        time.sleep(RUN_S)
+        time.sleep(POISON_AT_S)
+        poisoned_at = time.monotonic()
+        for topic, records in poison.items():
+            kafka_io.produce(kafka_bootstrap, topic, [(p.key, p.value) for p in records])
+        time.sleep(max(0.0, RUN_S - (time.monotonic() - started)))
         ended = time.monotonic()
+        counters, failures = _job_counters(rest), _job_failures(rest)
         status = client.get_job_status().result()
     finally:
         client.cancel().result()
         server.stop()
-    frontier = loop_events(kafka_bootstrap, start_ms)
+    frontier = _loop_events(kafka_bootstrap, start_ms)
     pages = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_PAGES, start_ms)]
+    rejects = [r for r in (json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_STATUS, start_ms))
+               if r.get("type") in ("rejected_event", "rejected_command")]
     log = load_log(server.log_path)
     return {"config": config, "log": log, "requests": requests_only(log), "frontier": frontier, "pages": pages,
-           "status": status, "started": started, "ended": ended, "listener": listener, "bait_ip": bait_ip}
+            "status": status, "started": started, "ended": ended, "listener": listener, "bait_ip": bait_ip,
+            "counters": counters, "rejects": rejects, "poison": poison, "poisoned_at": poisoned_at,
+            "dns": list(dns.queries), "failures": failures}
+
+
+def _loop_events(kafka_bootstrap: str, start_ms: int) -> list[dict]:
+    """The loop's events (`loop_events`) but the poison: what the job itself wrote to crawl.frontier and
+    crawl.outcomes."""
+    events = []
+    for topic in (TOPIC_FRONTIER, TOPIC_OUTCOMES):
+        for _, value in records_since(kafka_bootstrap, topic, start_ms):
+            try:
+                event = decode_frontier_event(value)
+            except ContractError:
+                continue
+            if "poison" not in event:
+                events.append(event)
+    return events
+
+
+def _job_counters(rest: str) -> dict[str, float]:
+    """The job's `fetch.*` and `frontier.*` counters, summed over operators and subtasks. Read twice: the
+    MiniCluster fetches metrics when first asked and answers that first request with what it had (the
+    first vertices' counters missing), so the second reading, a fetch interval later, is the one kept."""
+    counters: dict[str, float] = {}
+    for reading in range(2):
+        time.sleep(2 * METRICS_FETCH_S if reading else 0.0)
+        try:
+            counters = read_metrics(rest, ("fetch", "frontier"))
+        except OSError:
+            pass
+    return counters
+
+
+def _job_failures(rest: str) -> list[str]:
+    """The task failures the job restarted from (Flink's exception history), each as its exception's text,
+    and its state when it is not running."""
+    try:
+        job = rest_get(rest, "/jobs")["jobs"][0]
+        history = rest_get(rest, f"/jobs/{job['id']}/exceptions").get("exceptionHistory") or {}
+    except (OSError, IndexError) as exc:
+        return [f"the job's exception history could not be read: {exc!r}"]
+    failures = [f'{e.get("taskName")}: {(e.get("stacktrace") or e.get("exceptionName") or "").splitlines()[0]}'
+                for e in history.get("entries") or []]
+    return failures + ([] if job["status"] == "RUNNING" else [f"the job is {job['status']}"])
+
+
+def _dns_hosts(web: Web) -> tuple[Host, Host, Host]:
+    """The hosts left out of the host map, whose DNS answers (at once, late, never): the last three plain
+    hosts on addresses of their own whose robots.txt lets them be crawled, rule-heavy ones aside."""
+    plain = [h for h in web.hosts if not h.behaviours and len(web.by_ip[h.ip]) == 1
+             and h.robots not in UNCRAWLABLE | {RobotsVariant.RULE_HEAVY}]
+    prompt, late, never = plain[-3:]
+    return prompt, late, never
+
+
+def _unresolved(web: Web) -> set[str]:
+    """The hosts whose names never resolve in time."""
+    return {h.name for h in _dns_hosts(web)[1:]}
+
+
+def _pinned_plain(web: Web) -> list[Host]:
+    """Plain, crawlable hosts in the host map."""
+    left_to_dns = {h.name for h in _dns_hosts(web)}
+    return [h for h in web.hosts if not h.behaviours and h.robots not in UNCRAWLABLE and h.name not in left_to_dns]
 
 
 def _crawlable(web: Web, behaviour: Behaviour) -> list:
-    return [h for h in web.hosts if behaviour in h.behaviours and h.robots not in UNCRAWLABLE]
+    return [h for h in web.hosts if behaviour in h.behaviours and h.robots not in UNCRAWLABLE
+            and h.name not in _unresolved(web)]
 
 
 def _host(event: dict) -> str:
@@ -168,11 +389,30 @@ def _requests_to(run, host: str, prefix: str) -> list:
 
 
 def test_the_web_puts_every_hostile_behaviour_on_a_crawlable_host(web):
-    for behaviour in DEFAULT_BEHAVIOURS:   # the parser bombs have a test of their own (test_parse_limits_job)
+    for behaviour in BEHAVIOURS:
         assert _crawlable(web, behaviour), f"no crawlable host has {behaviour.value}"
+    crawlable = [h for h in web.hosts if h.robots not in UNCRAWLABLE and h.name not in _unresolved(web)]
+    assert all(len(h.behaviours & SLOW_PAGES) <= 1 for h in crawlable)
+    for behaviour, _, _ in SIZE_AND_TIME_LIMITS:
+        others = FAILING | SLOW_PAGES - {behaviour}
+        assert [h for h in crawlable if behaviour in h.behaviours and not h.behaviours & others], behaviour.value
+    assert any(h.robots is RobotsVariant.WILDCARD and Behaviour.SESSION_TRAP in h.behaviours for h in crawlable)
+    assert any(Behaviour.SESSION_TRAP in h.behaviours and len(h.pages) <= SMALL_SESSION_HOST for h in crawlable)
+    counted_per_path = {Behaviour.REDIRECTS, Behaviour.CALENDAR_TRAP, Behaviour.DEEP_TRAP}
+    assert not [h.name for h in crawlable if Behaviour.SESSION_TRAP in h.behaviours and h.behaviours & counted_per_path]
     assert any(h.robots is RobotsVariant.SERVER_ERROR for h in web.hosts)
-    assert [h for h in web.hosts if not h.behaviours and h.robots not in UNCRAWLABLE]
+    assert len(_pinned_plain(web)) >= 2
     assert any(len(hosts) > 1 for hosts in web.by_ip.values()), "no shared address for the per-IP check"
+    assert _costly_pages(web), "no rule-heavy host with pages under its rules' head"
+    assert any(p.path != "/" and not p.path.startswith(RULE_HEAVY_HEAD)
+               for name in _costly_pages(web) for p in web.by_name[name].pages)
+
+
+def _costly_pages(web: Web) -> dict[str, list[str]]:
+    """Rule-heavy hosts with pages under the head of their rules (by name), and those pages."""
+    pages = {h.name: [p.path for p in h.pages if p.path.startswith(RULE_HEAVY_HEAD)]
+             for h in web.hosts if h.robots is RobotsVariant.RULE_HEAVY}
+    return {name: paths for name, paths in pages.items() if paths}
 
 
 def test_the_server_saw_a_polite_crawler_despite_hostile_hosts(crawl_run, web):
@@ -189,6 +429,7 @@ def test_a_shared_address_never_has_two_requests_in_flight(crawl_run):
 SIZE_AND_TIME_LIMITS = [
     (Behaviour.HUGE_PAGE, "/huge.html", {"too_large"}),
     (Behaviour.GZIP_BOMB, "/bomb.html", {"too_large"}),
+    (Behaviour.BROTLI_BOMB, "/brotli-bomb.html", {"too_large"}),
     (Behaviour.SLOW_DRIP, "/slow/drip.html", {"too_slow", "timeout"}),
     (Behaviour.SLOW_FIRST_BYTE, "/slow/first-byte.html", {"timeout"}),
 ]
@@ -205,6 +446,13 @@ def test_a_hostile_page_ends_at_its_limit_with_a_status_record(crawl_run, web, b
     assert served, f"the server never saw {path}"
     if behaviour is Behaviour.HUGE_PAGE:  # the crawler hung up long before the 20 MB were written
         assert all(r["bytes"] < web.policy.huge_page_bytes for r in served), [r["bytes"] for r in served]
+    if behaviour is Behaviour.BROTLI_BOMB:   # a few hundred bytes sent, cut at the decoded cap when read
+        assert all(r["bytes"] < BOMB_WIRE_BYTES for r in served), [r["bytes"] for r in served]
+        assert all(0 < e["bytes"] <= MAX_DECODED for e in done), [e["bytes"] for e in done]
+
+
+def test_a_bomb_cut_at_its_cap_is_counted_as_too_large(crawl_run):
+    assert crawl_run["counters"].get("fetch.failed_too_large", 0) >= 1, crawl_run["counters"]
 
 
 def test_a_redirect_chain_stops_at_the_hop_cap(crawl_run, web):
@@ -289,9 +537,13 @@ def test_trap_hosts_cost_at_most_their_budget(crawl_run, web):
         served = {r["path"] for r in _requests_to(crawl_run, host.name, "/calendar/")}
         assert 0 < len(served) <= calendar_budget, (host.name, len(served))
     deep_budget = _deep_trap_budget(web.policy.deep_trap_fanout, traps.max_segment_repeats, traps.max_path_depth)
+    attempts = crawl_run["config"].frontier.max_attempts
     for host in _crawlable(web, Behaviour.DEEP_TRAP):
+        # A deep-trap host may also answer 429 or 5xx (rate-limited, flaky): a page is then tried again.
         served = _requests_to(crawl_run, host.name, "/deep/")
-        assert 0 < len(served) <= deep_budget, (host.name, len(served), deep_budget)
+        pages = {r["path"] for r in served}
+        assert 0 < len(pages) <= deep_budget, (host.name, sorted(pages), deep_budget)
+        assert len(served) <= len(pages) * attempts, (host.name, [(r["path"], r["status"]) for r in served])
 
 
 def _sessions_per_path(run, host: str) -> dict[str, set[str]]:
@@ -349,9 +601,191 @@ def test_a_link_disallowed_in_the_query_order_its_page_wrote_is_never_fetched(cr
 
 def test_the_job_keeps_running_and_plain_hosts_keep_being_fetched(crawl_run, web):
     assert crawl_run["status"] == JobStatus.RUNNING
-    plain = [h.name for h in web.hosts if not h.behaviours and h.robots not in UNCRAWLABLE]
+    assert crawl_run["failures"] == [], "the job failed and restarted"
+    plain = [h.name for h in web.hosts if not h.behaviours and h.robots not in UNCRAWLABLE
+             and h.name not in _unresolved(web)]
     published = {urlsplit(p["url"]).hostname for p in crawl_run["pages"]}
     assert set(plain) <= published, f"plain hosts with no page published: {sorted(set(plain) - published)}"
     last_third = crawl_run["ended"] - (crawl_run["ended"] - crawl_run["started"]) / 3
     late = [r for r in crawl_run["requests"] if r["started_at"] >= last_third and not r["path"] == "/robots.txt"]
     assert late, "nothing was fetched in the last third of the run"
+
+
+def test_a_rule_heavy_robots_txt_is_obeyed_and_urls_too_costly_to_match_are_refused_and_counted(crawl_run, web):
+    """Its 20,000 wildcard rules disallow none of the host's pages, but checking a URL under their head
+    costs more than `robots.match_budget`: such URLs are refused (fail closed) and counted apart, the
+    host's other pages are crawled."""
+    heavy = [h for h in web.hosts if h.robots is RobotsVariant.RULE_HEAVY]
+    for host in heavy:
+        robots = [e for e in crawl_run["frontier"] if e["type"] == "robots" and _host(e) == host.name]
+        assert robots and {(e["fetch_status"], e["http_status"]) for e in robots} == {("ok", 200)}, robots
+        pages = [r["path"] for r in crawl_run["requests"] if r["host"] == host.name and r["path"] != "/robots.txt"]
+        assert pages, f"no page of {host.name} was fetched"
+        assert not [p for p in pages if p.startswith(RULE_HEAVY_HEAD)], pages
+    assert crawl_run["counters"].get("frontier.dropped_robots_over_budget", 0) >= 1, crawl_run["counters"]
+
+
+def _lookups(times: list[float]) -> list[float]:
+    """When each lookup began: a query more than the DNS deadline after the last lookup's start begins one."""
+    starts: list[float] = []
+    for at in sorted(times):
+        if not starts or at - starts[-1] > DNS_TIMEOUT_S:
+            starts.append(at)
+    return starts
+
+
+def test_a_host_resolved_through_dns_in_time_is_crawled(crawl_run, web):
+    prompt, _, _ = _dns_hosts(web)
+    assert [q for q in crawl_run["dns"] if q.name == prompt.name], "the crawler never asked the DNS server"
+    assert [r for r in crawl_run["requests"] if r["host"] == prompt.name and r["path"] != "/robots.txt"]
+    assert prompt.name in {urlsplit(p["url"]).hostname for p in crawl_run["pages"]}
+
+
+def test_hosts_whose_dns_answers_late_or_never_end_as_counted_dns_failures(crawl_run, web):
+    for host in _dns_hosts(web)[1:]:
+        outcomes = [e for e in crawl_run["frontier"] if e["type"] in ("completion", "robots") and _host(e) == host.name]
+        assert outcomes and {e["fetch_status"] for e in outcomes} == {"dns_error"}, (host.name, outcomes)
+        assert not [r for r in crawl_run["requests"] if r["host"] == host.name]
+    counters = crawl_run["counters"]
+    assert counters.get("fetch.dns_timeouts", 0) >= 2, counters
+    assert counters.get("fetch.failed_dns_error", 0) >= 2, counters
+
+
+def test_the_dns_server_sees_bounded_lookups_for_names_that_fail(crawl_run, web):
+    """A failed lookup is remembered for the negative TTL: robots.txt tries that come sooner fail from the
+    cache, and no name is asked about more than a few queries per TTL."""
+    tries = crawl_run["config"].fetch.dns_tries
+    for host in _dns_hosts(web)[1:]:
+        times = [q.at for q in crawl_run["dns"] if q.name == host.name]
+        lookups = _lookups(times)
+        assert lookups, f"{host.name} was never looked up"
+        assert all(b - a >= DNS_NEGATIVE_TTL_S for a, b in zip(lookups, lookups[1:])), lookups
+        assert len(times) <= len(lookups) * QTYPES * tries, (len(times), lookups)
+        tried = [e for e in crawl_run["frontier"] if e["type"] == "robots" and _host(e) == host.name]
+        assert len(tried) > len(lookups), (host.name, len(tried), lookups)   # some failed from the cache
+
+
+def test_no_stage_stalls_longer_than_its_budget(crawl_run, web):
+    """Slow and silent DNS, bombs, rule-heavy robots.txt and poison records hold up nothing else: the
+    web gets a new request at least every STALL_BUDGET_S from the first to the end of the run, and
+    other hosts are fetched while each failing lookup waits for its answer."""
+    starts = sorted(r["started_at"] for r in crawl_run["requests"])
+    assert starts, "no request at all"
+    ends = starts[1:] + [crawl_run["ended"]]
+    gaps = sorted(((b - a, a - crawl_run["started"]) for a, b in zip(starts, ends)), reverse=True)
+    assert gaps[0][0] <= STALL_BUDGET_S, f"the longest gaps (s, at s into the run): {gaps[:5]}"
+    unresolved = _unresolved(web)
+    for lookup in _lookups([q.at for q in crawl_run["dns"] if q.name in unresolved]):
+        others = [at for at in starts if lookup <= at <= lookup + DNS_TIMEOUT_S + STALL_BUDGET_S]
+        assert others, f"nothing fetched in the {STALL_BUDGET_S:g} s after the deadline of a lookup at {lookup}"
+
+
+def test_poison_records_on_each_input_topic_are_rejected_to_crawl_status_and_counted(crawl_run):
+    for topic, records in crawl_run["poison"].items():
+        rejects = [r for r in crawl_run["rejects"] if r["topic"] == topic]
+        for poison in records:
+            quoted = [r for r in rejects if poison.marker in r["raw"]]
+            assert bool(quoted) == poison.rejected, (topic, poison.marker, [r["reason"][:200] for r in quoted])
+        strangers = [r["raw"][:200] for r in rejects if not any(p.marker in r["raw"] for p in records)]
+        assert strangers == [], (topic, strangers)
+    expected = {topic: sum(p.rejected for p in records) for topic, records in crawl_run["poison"].items()}
+    counters = crawl_run["counters"]
+    assert counters.get("frontier.events_rejected") == expected[TOPIC_FRONTIER] + expected[TOPIC_OUTCOMES], counters
+    assert counters.get("frontier.controls_rejected") == expected[TOPIC_CONTROL], counters
+    assert counters.get("frontier.controls_applied", 0) == 0, "a poison control record was obeyed"
+
+
+def test_poison_inside_well_formed_records_is_dropped_and_counted_never_fetched(crawl_run):
+    counters = crawl_run["counters"]
+    assert counters.get("frontier.dropped_malformed", 0) >= MALFORMED_ENTRIES, counters
+    assert counters.get("frontier.completions_stale", 0) >= STALE_LEASE_ENDS, counters
+    assert not [r for r in crawl_run["requests"] if "poison" in r["path"] or "poison" in r["host"]]
+    after = [r for r in crawl_run["requests"] if r["started_at"] > crawl_run["poisoned_at"] + STALL_BUDGET_S]
+    assert after, "nothing was fetched after the poison records"
+
+
+LEVELS_EVERY_S = 1.0   # the frontier publishes its levels (gauges) at most this often (operators/levels.py)
+
+
+def test_a_batch_found_in_the_distant_past_never_fails_the_frontier(tmp_path):
+    """Its own small job (the frontier alone, fed from a folder), so the failure comes every time: in the
+    crawl above such a batch fails the frontier only when the levels are published before the next
+    batch's lag replaces it."""
+    from operators.frontier import FrontierFunction
+    from udfs.frontier_logic import FrontierPolicy
+    from udfs.politeness import PolitenessPolicy
+    from udfs.urls import url_fp
+
+    host, url = "past.test", "http://past.test/"
+    with frontier_job(tmp_path, FrontierFunction(FrontierPolicy(), PolitenessPolicy()), "distant-past") as job:
+        job.feed.send({"v": 1, "type": "discovered", "host": host, "found_at": time.time(),
+                       "urls": [{"url": url, "fp": url_fp(url), "depth": 0, "priority": 5, "source": "seed"}]})
+        next_output(job.results, timeout=60)   # its robots.txt lease: the frontier runs
+        time.sleep(2 * LEVELS_EVERY_S)         # so the next event publishes the levels
+        job.feed.send({"v": 1, "type": "discovered", "host": host, "urls": [], "found_at": -1e300})
+        time.sleep(4 * LEVELS_EVERY_S)
+        # A job without checkpoints is not restarted: its failure ends the collection with the error.
+        failures = [_root_cause(item) for _, item in _drained(job.results) if isinstance(item, BaseException)]
+        if not failures:
+            failures = _job_failures(job.rest)
+    assert failures == []
+
+
+def _root_cause(error: BaseException) -> str:
+    """The innermost Java cause of a job's failure as the client saw it (else the error itself)."""
+    cause = getattr(error, "java_exception", None)
+    while cause is not None and cause.getCause() is not None:
+        cause = cause.getCause()
+    return str(cause.toString()).splitlines()[0] if cause is not None else repr(error)
+
+
+def _drained(results: queue.Queue) -> list:
+    """Everything on the queue now."""
+    items = []
+    while True:
+        try:
+            items.append(results.get_nowait())
+        except queue.Empty:
+            return items
+
+
+TOPIC_CAP = 16 * 1024 * 1024   # bytes of a crawl.frontier record (crawler/kafka_broker.py) and of a sink request
+
+
+def test_a_record_at_the_topics_size_cap_is_rejected_without_failing_the_job(kafka_bootstrap, flink_connector_jar,
+                                                                              tmp_path):
+    seeds = tmp_path / "seeds.txt"
+    seeds.write_text("")
+    config = load_config("", [f'job.warc_root="{tmp_path / "warc"}"', f'job.group_id="cap-{uuid.uuid4().hex[:8]}"',
+                              "job.checkpoint_interval_ms=5000", "fetch.resolve_dns=false"])
+    rest = f"http://127.0.0.1:{free_port()}"
+    client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "topic-cap-test", seeds,
+                                       {"rest.bind-address": "127.0.0.1", "rest.port": rest.rsplit(":", 1)[1]})
+    try:
+        _wait_until_running(rest)
+        value = b'{"v":1,"type":"' + b"x" * (TOPIC_CAP - 1024) + b'"}'   # the broker takes it
+        kafka_io.produce(kafka_bootstrap, TOPIC_FRONTIER, [(b"", value)])
+        rejected: list[dict] = []
+        failures: list[str] = []
+        deadline = time.monotonic() + 30.0
+        while not (rejected or failures) and time.monotonic() < deadline:
+            time.sleep(1.0)
+            failures = _job_failures(rest)
+            status = [json.loads(v) for _, v in records_since(kafka_bootstrap, TOPIC_STATUS, start_ms)]
+            rejected = [r for r in status if r.get("type") == "rejected_event"]
+    finally:
+        client.cancel().result()
+    assert failures == []
+    assert rejected and len(encode(rejected[0])) < TOPIC_CAP
+
+
+def _wait_until_running(rest: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if [j for j in rest_get(rest, "/jobs")["jobs"] if j["status"] == "RUNNING"]:
+                return
+        except OSError:   # the REST endpoint comes up with the job
+            pass
+        time.sleep(0.5)
+    pytest.fail(f"the job was not running after {timeout_s:g} s")

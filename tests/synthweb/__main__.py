@@ -32,7 +32,7 @@ async def _serve(args: argparse.Namespace) -> None:
     server = WebServer(web, args.port, log, prewarm=args.prewarm)
     port = await server.start()
     if args.host_map:
-        write_host_map(web, Path(args.host_map))
+        write_host_map(web, Path(args.host_map), omit=args.host_map_omit)
     if args.seeds:
         write_seeds(web, Path(args.seeds), port, args.seeds_limit)
     stop = asyncio.Event()
@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--port", type=int, default=8080, help="0 picks a free port")
             p.add_argument("--log", help="JSON-lines request log")
             p.add_argument("--host-map", help="write 'hostname ip' lines here")
+            p.add_argument("--host-map-omit", action="append", default=[], metavar="HOST",
+                           help="leave this host out of the host map (a crawler must resolve it by DNS); repeatable")
             p.add_argument("--seeds", help="write one home page URL per host here")
             p.add_argument("--seeds-limit", type=int, help="only the first N hosts as seeds")
             p.add_argument("--ready-file", help="write the port here once listening")

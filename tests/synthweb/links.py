@@ -38,6 +38,8 @@ def entrances(host: Host, web: Web) -> list[str]:
         out.append("/huge.html")
     if Behaviour.GZIP_BOMB in b:
         out.append("/bomb.html")
+    if Behaviour.BROTLI_BOMB in b:
+        out.append("/brotli-bomb.html")
     if Behaviour.NESTING_BOMB in b:
         out += [f"/nested/{tag}.html" for tag in NESTING_BOMB_TAGS]
     if Behaviour.REDIRECTS in b:

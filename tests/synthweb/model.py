@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import ipaddress
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,6 +27,7 @@ class RobotsVariant(str, enum.Enum):
     HTML_ERROR = "html_error"      # 200 with an HTML error page (parses to no rules)
     HUGE = "huge"                  # 200, over 500 KiB, a rule near the end
     EMPTY = "empty"                # 200, empty body: allow all
+    RULE_HEAVY = "rule_heavy"      # 200, under 500 KiB of costly wildcard rules under /a that match none of its pages
 
 
 class Behaviour(str, enum.Enum):
@@ -47,18 +49,20 @@ class Behaviour(str, enum.Enum):
     CHANGING = "changing"              # pages change fast over the simulated clock
     SSRF_BAIT = "ssrf_bait"            # links and redirects to the denied range and 169.254.169.254
     NESTING_BOMB = "nesting_bomb"      # /nested/<tag>.html: a few KB of gzip holding `nesting_bomb_depth` nested tags
+    BROTLI_BOMB = "brotli_bomb"        # /brotli-bomb.html: a few hundred bytes of brotli inflating to `brotli_bomb_bytes`
 
 
 ALL_BEHAVIOURS: frozenset[Behaviour] = frozenset(Behaviour)
-# Behaviours handed out unless a policy names its own. The parser bombs are asked for by name, so the
-# webs of the tests and benchmarks built before them keep the hosts they had.
-DEFAULT_BEHAVIOURS: frozenset[Behaviour] = ALL_BEHAVIOURS - {Behaviour.NESTING_BOMB}
+# Behaviours handed out unless a policy names its own. The parser bombs and the brotli bomb are asked for
+# by name, so the webs of the tests and benchmarks built before them keep the hosts they had.
+DEFAULT_BEHAVIOURS: frozenset[Behaviour] = ALL_BEHAVIOURS - {Behaviour.NESTING_BOMB, Behaviour.BROTLI_BOMB}
 # The tags a nesting bomb nests (tests/synthweb/render.py `nesting_bomb`): blocks, lists and inline ones.
 NESTING_BOMB_TAGS = ("div", "section", "ul", "blockquote", "span")
 METADATA_IP = "169.254.169.254"
 
 # Shares close to the real corpus (webdata README: 3.3% HTML error pages, 18% Crawl-delay,
 # 47% wildcards, CC fetch stats); the error variants are raised a little so small webs have some.
+# RULE_HEAVY is asked for by a mix of its own, so the webs built before it keep their hosts.
 DEFAULT_ROBOTS_MIX: tuple[tuple[RobotsVariant, float], ...] = (
     (RobotsVariant.RULES, 0.36),
     (RobotsVariant.WILDCARD, 0.22),
@@ -106,6 +110,7 @@ class WebPolicy:
     behaviours: frozenset[Behaviour] = DEFAULT_BEHAVIOURS  # which behaviours may be handed out
     huge_page_bytes: int = 20 * 1024 * 1024
     gzip_bomb_bytes: int = 200 * 1024 * 1024
+    brotli_bomb_bytes: int = 200 * 1024 * 1024
     nesting_bomb_depth: int = 1_000_000
     drip_chunk_bytes: int = 256
     drip_interval: float = 0.5
@@ -165,8 +170,9 @@ class WebPolicy:
             raise ValueError("crawl_delays must be positive seconds")
         if self.clock_speed <= 0:
             raise ValueError(f"clock_speed must be positive, got {self.clock_speed}")
-        for name in ("huge_page_bytes", "gzip_bomb_bytes", "nesting_bomb_depth", "drip_chunk_bytes", "drip_chunks",
-                     "rate_limit_every", "flaky_every", "redirect_chain_length", "deep_trap_fanout"):
+        for name in ("huge_page_bytes", "gzip_bomb_bytes", "brotli_bomb_bytes", "nesting_bomb_depth",
+                     "drip_chunk_bytes", "drip_chunks", "rate_limit_every", "flaky_every", "redirect_chain_length",
+                     "deep_trap_fanout"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.drip_interval < 0 or self.first_byte_delay < 0 or self.retry_after_seconds < 0 \
@@ -250,9 +256,13 @@ def base_url(host: str, port: int) -> str:
     return f"http://{host}" if port == 80 else f"http://{host}:{port}"
 
 
-def write_host_map(web: Web, path: Path) -> None:
-    """Write the crawler's `--host-map` file: one `hostname ip` line per host."""
-    path.write_text("".join(f"{h.name} {h.ip}\n" for h in web.hosts), encoding="ascii")
+def write_host_map(web: Web, path: Path, omit: Collection[str] = ()) -> None:
+    """Write the crawler's `--host-map` file: one `hostname ip` line per host but those in `omit`, which a
+    crawler then has to resolve through DNS (a name `omit` gives that is not a host is an error)."""
+    unknown = set(omit) - set(web.by_name)
+    if unknown:
+        raise ValueError(f"not hosts of the web, cannot be left out of the host map: {sorted(unknown)}")
+    path.write_text("".join(f"{h.name} {h.ip}\n" for h in web.hosts if h.name not in omit), encoding="ascii")
 
 
 def write_seeds(web: Web, path: Path, port: int, limit: int | None = None) -> None:

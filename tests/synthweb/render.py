@@ -20,6 +20,8 @@ from email.utils import formatdate
 from functools import lru_cache
 from urllib.parse import parse_qs, urlsplit
 
+import brotli
+
 from tests.synthweb.cache import ByteBoundedCache
 from tests.synthweb.clock import ChangeTracker, SimClock
 from tests.synthweb.corpus import LINK, SELF, Corpus, Template
@@ -50,7 +52,7 @@ class Reply:
     stream: Iterable[bytes] | None = None  # sent piece by piece, chunked unless stream_length is set
     stream_length: int | None = None
     chunk_interval: float = 0.0
-    content_encoding: str | None = None    # the body is already encoded (the gzip bomb)
+    content_encoding: str | None = None    # the body is already encoded (the gzip and brotli bombs)
     gzip: Callable[[], bytes] | None = None  # makes the gzip form of `body` without compressing it
     retry_after: float | None = None       # seconds the client was asked to wait (for the log)
     precompressed: bool = False            # the body is a compressed file (a .gz sitemap): never content-encoded
@@ -74,6 +76,22 @@ def gzip_bomb(size: int) -> bytes:
         out.append(c.compress(block[:min(left, len(block))]))
         left -= len(block)
     out.append(c.flush())
+    return b"".join(out)
+
+
+@lru_cache(maxsize=2)
+def brotli_bomb(size: int) -> bytes:
+    """A brotli stream that inflates to `size` bytes of HTML whitespace: a few hundred bytes for 200 MB (its
+    4 MiB window is the usual one, what a decoder reserves for it; quality 5 makes it in about a second)."""
+    c = brotli.Compressor(quality=5)
+    block = b" " * (1024 * 1024)
+    head = b"<html><body>"[:size]
+    out = [c.process(head)]
+    left = size - len(head)
+    while left > 0:
+        out.append(c.process(block[:min(left, len(block))]))
+        left -= len(block)
+    out.append(c.finish())
     return b"".join(out)
 
 
@@ -298,6 +316,8 @@ class Router:
                          stream_length=p.huge_page_bytes)
         if Behaviour.GZIP_BOMB in b and path == "/bomb.html":
             return Reply(200, [("Content-Type", HTML)], gzip_bomb(p.gzip_bomb_bytes), content_encoding="gzip")
+        if Behaviour.BROTLI_BOMB in b and path == "/brotli-bomb.html":
+            return Reply(200, [("Content-Type", HTML)], brotli_bomb(p.brotli_bomb_bytes), content_encoding="br")
         if Behaviour.NESTING_BOMB in b and (m := _NESTED.match(path)) and m.group(1) in NESTING_BOMB_TAGS:
             return Reply(200, [("Content-Type", HTML)], nesting_bomb(m.group(1), p.nesting_bomb_depth),
                          content_encoding="gzip")

@@ -8,6 +8,11 @@ from tests.synthweb.model import Host, RobotsVariant, Web, base_url
 
 MOVED_PATH = "/robots-moved.txt"
 HUGE_ROBOTS_BYTES = 600 * 1024  # over the 500 KiB a parser must read (RFC 9309 §2.5)
+# The rule-heavy body: this many wildcard rules, all under one literal head. Each matches only a path under
+# the head that ends in "z", so none of a host's pages, but a path under the head is checked against every
+# one of them: more work than a crawler that bounds it may spend on one URL (udfs/robots.py, decision 3720).
+RULE_HEAVY_RULES = 20_000
+RULE_HEAVY_HEAD = "/a"   # /articles/... pages sit under it; no hostile entrance does
 _TEXT = "text/plain; charset=utf-8"
 _HTML = "text/html; charset=utf-8"
 
@@ -62,6 +67,13 @@ def _huge_body(host: Host, port: int) -> bytes:
     return body if len(body) > HUGE_ROBOTS_BYTES else body + b"#" * (HUGE_ROBOTS_BYTES - len(body)) + b"\n"
 
 
+def rule_heavy_body(host: Host, port: int) -> bytes:
+    """The RULE_HEAVY body: RULE_HEAVY_RULES lines `Disallow: /a*<k>*z$` for every agent (about 440 KB,
+    under the 500 KiB a parser must read whole), after the sitemap line."""
+    rules = "".join(f"Disallow: {RULE_HEAVY_HEAD}*{k:05d}*z$\n" for k in range(RULE_HEAVY_RULES))
+    return f"# robots.txt for {host.name}{_sitemap_lines(host, port)}\nUser-agent: *\n{rules}".encode()
+
+
 def _real_body(host: Host, corpus: Corpus) -> bytes:
     # Real Crawl-delay values (10-60 s) would stall tests, and real Sitemap lines point outside.
     body = corpus.robots_body(host.robots_source or 0)
@@ -81,6 +93,8 @@ def robots_answer(web: Web, host: Host, corpus: Corpus, port: int) -> RobotsAnsw
         return RobotsAnswer(200, (("Content-Type", _TEXT),), _real_body(host, corpus))
     if v is RobotsVariant.HUGE:
         return RobotsAnswer(200, (("Content-Type", _TEXT),), _huge_body(host, port))
+    if v is RobotsVariant.RULE_HEAVY:
+        return RobotsAnswer(200, (("Content-Type", _TEXT),), rule_heavy_body(host, port))
     if v is RobotsVariant.EMPTY:
         return RobotsAnswer(200, (("Content-Type", _TEXT),), b"")
     if v is RobotsVariant.HTML_ERROR:

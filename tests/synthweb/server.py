@@ -20,13 +20,14 @@ import threading
 import time
 import traceback
 import zlib
+from collections.abc import Sequence
 from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 
 from tests.synthweb.corpus import Corpus
 from tests.synthweb.generate import default_corpus
 from tests.synthweb.model import Behaviour, Web, base_url
-from tests.synthweb.render import Reply, Router, gzip_bomb
+from tests.synthweb.render import Reply, Router, brotli_bomb, gzip_bomb
 from tests.synthweb.reqlog import Record, RequestLog, RequestRecord, load_log
 
 MAX_HEAD_BYTES = 64 * 1024
@@ -140,6 +141,8 @@ class WebServer:
         self.router = Router(self.web, self.corpus, self.port)
         if any(Behaviour.GZIP_BOMB in h.behaviours for h in self.web.hosts):
             gzip_bomb(self.web.policy.gzip_bomb_bytes)  # ~1 s for 200 MB: not inside a request
+        if any(Behaviour.BROTLI_BOMB in h.behaviours for h in self.web.hosts):
+            brotli_bomb(self.web.policy.brotli_bomb_bytes)  # likewise
         if self.prewarm:  # cut every real page into its template now rather than on first request
             for index in sorted({p.source for h in self.web.hosts for p in h.pages}):
                 self.corpus.template(index)
@@ -360,12 +363,14 @@ class SyntheticWebProcess:
     """The server as a subprocess (`python -m tests.synthweb serve`), log in a JSON-lines file.
 
     Rebuilt in the child from (n_hosts, seed, policy file), so the parent can `build_web` the same
-    description for its assertions.
+    description for its assertions. The hosts named in `unpinned` are served but left out of the host
+    map, so a crawler has to resolve them through DNS (tests/synthweb/dns.py).
     """
 
     def __init__(self, n_hosts: int, seed: int, workdir: Path, port: int = 0,
-                 policy_file: Path | None = None, prewarm: bool = False) -> None:
+                 policy_file: Path | None = None, prewarm: bool = False, unpinned: Sequence[str] = ()) -> None:
         self.n_hosts, self.seed, self.workdir = n_hosts, seed, workdir
+        self.unpinned = tuple(unpinned)
         self.log_path = workdir / "requests.jsonl"
         self.host_map = workdir / "host-map.txt"
         self.seeds = workdir / "seeds.txt"
@@ -393,6 +398,8 @@ class SyntheticWebProcess:
             cmd += ["--policy", str(self._policy)]
         if self._prewarm:
             cmd.append("--prewarm")
+        for name in self.unpinned:
+            cmd += ["--host-map-omit", name]
         root = Path(__file__).resolve().parents[2]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
         self._proc = subprocess.Popen(cmd, cwd=root, env=env)

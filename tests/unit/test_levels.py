@@ -1,7 +1,7 @@
 """operators.levels.Levels: a counter's count follows the level it publishes, refreshed at most once per period."""
 from __future__ import annotations
 
-from operators.levels import Levels
+from operators.levels import LEVEL_LIMIT, Levels
 
 
 class Counter:
@@ -41,3 +41,14 @@ def test_refreshes_closer_than_the_period_publish_nothing_until_forced():
     assert group.counters["depth"].count == 4
     levels.refresh(10.6, force=True)
     assert group.counters["depth"].count == 7
+
+
+def test_a_level_no_long_can_hold_is_clamped_and_one_that_is_no_number_reads_zero():
+    group, values = Group(), {"lag": 0.0}
+    levels = Levels(group, values, values.__getitem__, every_s=0.0)
+    for value, published in ((1e300, LEVEL_LIMIT), (-1e300, -LEVEL_LIMIT), (float("inf"), LEVEL_LIMIT),
+                             (float("nan"), 0), (10 ** 40, LEVEL_LIMIT), (42.7, 42)):
+        values["lag"] = value
+        levels.refresh(0.0)
+        assert group.counters["lag"].count == published
+        assert -(1 << 63) <= group.counters["lag"].count < 1 << 63

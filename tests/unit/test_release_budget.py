@@ -13,7 +13,7 @@ from operators.frontier import METRICS, HostFrontier
 from tests.unit.test_frontier_logic_host import T0, PrefixRules
 from udfs import frontier_logic as fl
 from udfs.politeness import PolitenessPolicy
-from udfs.release_budget import BRAKE_HOLD_S, GRACE_S, HORIZON_TARGETS, RATE_WINDOW_S, ReleaseBudget
+from udfs.release_budget import BRAKE_HOLD_S, GRACE_S, HORIZON_TARGETS, MAX_LAG_S, RATE_WINDOW_S, ReleaseBudget
 from udfs.records import b64
 from udfs.urls import url_fp
 
@@ -111,7 +111,7 @@ def test_without_a_limit_or_a_usable_time_the_lag_never_brakes():
     off.discovered(T0 - 86_400.0, T0)
     assert off.admits(T0) and off.lag_s(T0) == pytest.approx(86_400.0)
     on = ReleaseBudget(20.0, floor=4, ceiling=100, now=T0, max_lag_s=60.0)
-    for found_at in (None, "yesterday", True, float("nan"), float("-inf")):
+    for found_at in (None, "yesterday", True, float("nan"), float("-inf"), -1e300, T0 - MAX_LAG_S - 1.0):
         on.discovered(found_at, T0)                   # seeds, older writers, malformed events
     assert on.admits(T0) and on.lag_s(T0) == 0.0
     on.discovered(T0 + 5.0, T0)                       # a writer's clock ahead of ours is no lag
