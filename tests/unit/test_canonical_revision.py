@@ -13,7 +13,7 @@ import pytest
 
 from operators.warc_writer import discovered_batches
 from tests.unit.test_canonical import _bundle
-from tests.unit.test_frontier_logic_host import HOST
+from tests.frontier_harness import HOST
 from tests.unit.test_frontier_recrawl import Harness
 from udfs import frontier_logic as fl
 from udfs.canonical import HINT, revision

@@ -4,7 +4,7 @@ epoch also names lease ids."""
 from __future__ import annotations
 
 from operators.frontier import HostFrontier
-from tests.unit.test_frontier_logic_host import HOST, Harness
+from tests.frontier_harness import HOST, Harness
 from udfs.bloom import BloomPolicy, SeenFilter
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.unit.test_frontier_logic_host import HOST, T0, Harness
+from tests.frontier_harness import HOST, T0, Harness
 from udfs import frontier_logic as fl
 from udfs.budgets import DAY_S, BudgetPolicy
 from udfs.politeness import PolitenessPolicy

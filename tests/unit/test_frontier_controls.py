@@ -6,7 +6,7 @@ import pytest
 
 import udfs.control_state as control_state
 from tests.unit.test_control_state import CountingRe, pattern_record, patterns
-from tests.unit.test_frontier_logic_host import HOST, Harness
+from tests.frontier_harness import HOST, Harness
 from udfs import frontier_logic as fl
 from udfs.control_state import DEFAULT_CONTROL_POLICY, ControlTable
 from udfs.politeness import PolitenessPolicy

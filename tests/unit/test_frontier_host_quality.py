@@ -2,7 +2,7 @@
 turning out to be duplicates gets its newly discovered URLs queued at a lower priority."""
 from __future__ import annotations
 
-from tests.unit.test_frontier_logic_host import HOST, Harness
+from tests.frontier_harness import HOST, Harness
 from udfs import frontier_logic as fl
 from udfs.politeness import PolitenessPolicy
 

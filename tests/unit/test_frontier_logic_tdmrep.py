@@ -8,7 +8,7 @@ import json
 import pytest
 
 from operators.frontier import FrontierFunction
-from tests.unit.test_frontier_logic_host import HOST, T0, Harness, Value
+from tests.frontier_harness import HOST, T0, Harness, Value
 from udfs import frontier_logic as fl
 from udfs.optout import OptOutPolicy
 from udfs.politeness import PolitenessPolicy

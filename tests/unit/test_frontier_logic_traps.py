@@ -7,7 +7,7 @@ import json
 import pytest
 
 from operators.frontier import METRICS
-from tests.unit.test_frontier_logic_host import HOST, Harness
+from tests.frontier_harness import HOST, Harness
 from udfs import frontier_logic as fl
 from udfs.frontier_logic import FrontierPolicy, HostState, QueueItem, UrlRecord, UrlStatus, Verdict
 from udfs.traps import REASONS, HostTrapSummary, TrapPolicy

@@ -14,7 +14,7 @@ import dataclasses
 from operators.frontier import METRICS, HostFrontier
 from tests.unit.test_frontier_logic import HOST, NOW, P, admitted, completion, item, known, leased, robots_leased
 from tests.unit.test_frontier_logic import PrefixRules as AllowAll
-from tests.unit.test_frontier_logic_host import Map, PrefixRules, Value
+from tests.frontier_harness import Map, PrefixRules, Value
 from udfs import frontier_logic as fl
 from udfs.frontier_logic import Robots, Step
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy, fetch_gap

@@ -1,7 +1,7 @@
 """Recrawl in the running frontier (issue #6 wiring, issue #7 gauges; decisions 1110-1114).
 
 operators.frontier.HostFrontier driven with dict-backed state, a simulated clock and simulated
-timers, as in test_frontier_logic_host.py, plus the due buckets and their timers.
+timers, as in tests/frontier_harness.py, plus the due buckets and their timers.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from operators.frontier import GAUGES, METRICS, FrontierGauges, HostFrontier
 from operators.warc_writer import bundle_records, capture_of
-from tests.unit.test_frontier_logic_host import HOST, T0, Map, Value
+from tests.frontier_harness import HOST, T0, Map, Value
 from udfs import frontier_logic as fl
 from udfs.politeness import PolitenessPolicy
 from udfs.records import b64
@@ -53,7 +53,7 @@ class Harness:
 
     @staticmethod
     def _parse(body: bytes):
-        from tests.unit.test_frontier_logic_host import PrefixRules
+        from tests.frontier_harness import PrefixRules
         return PrefixRules(body)
 
     @property

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tests.unit.test_frontier_logic_host import Harness
+from tests.frontier_harness import Harness
 from udfs import frontier_logic as fl
 from udfs.traps import TrapPolicy
 

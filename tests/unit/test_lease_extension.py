@@ -4,7 +4,7 @@ The WARC writer holds a capture's completion until its records are durable (deci
 it waits, the writer sends `lease_extend` events for its page lease, and the frontier pushes that lease's
 deadline (bounded by `frontier.max_lease_extension_s`), so the lease neither expires nor gets charged as a
 timeout. First the frontier's pure logic and state glue (`HostFrontier`, the Harness of
-test_frontier_logic_host), then the event contract, then the writer (`WarcWriterFunction` over a stub
+tests/frontier_harness), then the event contract, then the writer (`WarcWriterFunction` over a stub
 archiver whose captures become durable at set times).
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from operators.warc_writer import HeldCapture, Location, WarcWriterFunction
 from tests.unit.test_frontier_logic import HOST as PURE_HOST, NOW, P, PrefixRules as AllowAll, completion, item
-from tests.unit.test_frontier_logic_host import HOST, T0, Harness
+from tests.frontier_harness import HOST, T0, Harness
 from udfs import frontier_logic as fl
 from udfs.lease_extension import extension_due, held_lease
 from udfs.politeness import PolitenessPolicy

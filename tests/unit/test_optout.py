@@ -284,7 +284,7 @@ AI_ROBOTS = b"User-agent: *\nDisallow: /private/\n\nUser-agent: GPTBot\nUser-age
 
 def _frontier(optout: OptOutPolicy = OptOutPolicy()):
     from operators.frontier import HostFrontier
-    from tests.unit.test_frontier_logic_host import Harness
+    from tests.frontier_harness import Harness
     from udfs.politeness import PolitenessPolicy
     h = Harness(politeness=PolitenessPolicy(default_delay_s=0.5, min_delay_s=0.0))
     h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots, h.policy,

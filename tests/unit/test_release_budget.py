@@ -10,7 +10,7 @@ import random
 import pytest
 
 from operators.frontier import METRICS, HostFrontier
-from tests.unit.test_frontier_logic_host import T0, PrefixRules
+from tests.frontier_harness import T0, PrefixRules
 from udfs import frontier_logic as fl
 from udfs.politeness import PolitenessPolicy
 from udfs.release_budget import BRAKE_HOLD_S, GRACE_S, HORIZON_TARGETS, MAX_LAG_S, RATE_WINDOW_S, ReleaseBudget

@@ -13,7 +13,7 @@ from warcio.archiveiterator import ArchiveIterator
 from udfs.page_facts import parse_result
 from operators.warc_writer import MAX_URLS_PER_BATCH, capture_records, discovered_batches, parsed_page
 from tests.unit.test_frontier_budgets import POLITENESS
-from tests.unit.test_frontier_logic_host import HOST, Harness
+from tests.frontier_harness import HOST, Harness
 from udfs import frontier_logic as fl
 from udfs.records import PRIORITY_SITEMAP
 from udfs.sitemaps import SitemapPolicy, followable, parse_sitemap
