@@ -12,8 +12,6 @@ so the held state of an outage is bounded by the hosts with a lease out, not by 
 """
 from __future__ import annotations
 
-import gzip
-import io
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,13 +20,13 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from warcio.archiveiterator import ArchiveIterator
 
 from crawler.flink_cluster import FlinkCluster
 from crawler.kafka_broker import KafkaBroker
 from crawler.ops import wait_running
 from operators.object_store import make_client
 from tests.integration.harness import free_port, read_metrics
+from tests.integration.test_faults_warc import resolves_in_store
 from tests.integration.test_recovery import (WEB_POLICY, ClusterCrawl, _completed_checkpoints, cluster_settings,
                                              politeness_violations, repeated_fetches)
 from udfs.records import TOPIC_PAGES
@@ -93,15 +91,6 @@ def _crawl_across_an_outage(cluster: FlinkCluster, broker: KafkaBroker, s3_serve
                            bucket=bucket, storage=storage)
 
 
-def _resolves_in_store(storage: StoragePolicy, page: dict[str, Any]) -> str:
-    """The target URI of the response record a pages.parsed record names (one whole gzip member in the store)."""
-    bucket, _, key = page["warc_path"].removeprefix("s3://").partition("/")
-    end = page["warc_offset"] + page["warc_length"] - 1
-    member = make_client(storage).get_object(Bucket=bucket, Key=key, Range=f"bytes={page['warc_offset']}-{end}")
-    record = next(iter(ArchiveIterator(io.BytesIO(gzip.decompress(member["Body"].read())))))
-    return record.rec_headers.get_header("WARC-Target-URI")
-
-
 def test_the_leases_of_held_pages_are_extended_through_the_outage_and_none_expires(outage: SimpleNamespace) -> None:
     held_peak = max(s.get("warc.held_captures", 0.0) for s in outage.samples)
     print(f"\ns3 outage {OUTAGE_S:.0f} s: {outage.during} page requests meanwhile, held captures up to "
@@ -135,7 +124,7 @@ def test_the_job_never_restarted_and_every_published_page_resolves_in_the_store(
     assert pages
     for page in pages:
         assert page["warc_path"].startswith(f"s3://{outage.bucket}/crawl/")
-        assert _resolves_in_store(outage.storage, page) == page["url"], page
+        assert resolves_in_store(outage.storage, page) == page["url"], page
 
 
 def test_politeness_holds_through_the_outage(outage: SimpleNamespace) -> None:
