@@ -3,7 +3,7 @@ with dict-backed state, fed the discoveries of pages shaped like the benchmark w
 
 Each simulated page yields one batch of ~116 same-host links (pages of its own host, so most repeat)
 and ~25 single-URL batches to other hosts skewed toward popular ones, half of them home pages, as
-tests/synthweb/links.py draws them. Reports CPU time per page, per event and per URL after a warm-up,
+synthweb/links.py draws them. Reports CPU time per page, per event and per URL after a warm-up,
 and the share of each verdict, with every link sent and with the WARC writer's recent-links filter;
 then the lease cycle a fetched page costs besides its links: its completion, the host's timer and
 the release of its next page (every fetch answered at once with a 200, robots.txt with a small file,

@@ -27,9 +27,9 @@ from selectolax.lexbor import LexborHTMLParser
 from zlib_ng import zlib_ng
 
 from udfs.page_facts import pack_payload, parse_result
-from tests.synthweb.generate import build_web, default_corpus
-from tests.synthweb.model import WebPolicy
-from tests.synthweb.render import Router
+from synthweb.generate import build_web, default_corpus
+from synthweb.model import WebPolicy
+from synthweb.render import Router
 from udfs.config import load_config
 from udfs.warc import WarcBuilder
 

@@ -3,7 +3,7 @@
     python -m bench.crawl_bench --hosts 5000 --seconds 300 [--write]
 
 1. builds the web description (`--min-pages`/`--max-pages` size the sites) and measures the web
-   server's own capacity (`tests/synthweb/bench.py`, page GETs, gzip);
+   server's own capacity (`synthweb/bench.py`, page GETs, gzip);
 2. starts a private stack (Kafka + Flink session cluster under .cache/bench-stack, topics emptied) and a fresh web
    server, runs `jobs/crawl.py` through the `crawler crawl` machinery (WARC and Kafka publishing on),
    samples CPU from /proc and Flink REST metrics, stops it with a savepoint, reads the topics back,
@@ -453,7 +453,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     lines += [f"- Politeness ceiling of this web: {ceiling['ours']:,.0f} pages/s for us (Σ 1/delay over hosts "
               f"whose robots.txt can be read), {ceiling['scrapy']:,.0f} for Scrapy (one slot per address at "
               f"its DOWNLOAD_DELAY).",
-              f"- Web server capacity (`tests/synthweb/bench.py`, {capacity.get('connections', '?')} connections, "
+              f"- Web server capacity (`synthweb/bench.py`, {capacity.get('connections', '?')} connections, "
               f"gzip, {capacity.get('seconds', '?')} s): {_fmt(capacity.get('requests_per_s'))} pages/s, "
               f"{_fmt(capacity.get('requests_per_server_cpu_s'))} pages per server CPU-second."]
     stats = (crawlers.get(SCRAPY) or {}).get("stats") or {}
@@ -530,7 +530,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     lines += ["", "CPU is read from /proc (user + system, each process with its descendants); crawler "
               "processes are the TaskManager (with its Python workers), JobManager and Kafka for us, the "
               "Scrapy process for Scrapy; the web server is reported apart. Violations come from "
-              "`tests/synthweb/audit.py` over each server's request log (per-address limit 1, floor "
+              "`synthweb/audit.py` over each server's request log (per-address limit 1, floor "
               f"{result['policy']['min_delay_s']:g} s, robots Crawl-delay, Retry-After).", "", END]
     return "\n".join(lines)
 
@@ -811,7 +811,7 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
     from crawler.crawl import (RunSpec, frontier_metrics, read_seed_file, seed_events, stop_with_savepoint,
                                submit, summarize)
     from crawler.stack import Stack, StackConfig
-    from tests.synthweb.server import SyntheticWebProcess
+    from synthweb.server import SyntheticWebProcess
     from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 
     out = spec.out / OURS
@@ -876,7 +876,7 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
 def run_scrapy(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]) -> CrawlRun:
     """Scrapy (bench/scrapy_crawl.py) in a subprocess on a fresh server of the same web."""
     from bench.scrapy_crawl import SAMPLES_FILE, STATS_FILE
-    from tests.synthweb.server import SyntheticWebProcess
+    from synthweb.server import SyntheticWebProcess
 
     out = spec.out / SCRAPY
     shutil.rmtree(out, ignore_errors=True)
@@ -933,7 +933,7 @@ def describe_web(web: Any, corpus: Any) -> dict[str, Any]:
 def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, min_delay: float,
                     crawler_groups: Sequence[str]) -> dict[str, Any]:
     """The figures of one crawler from its server log and samples, plus its audit."""
-    from tests.synthweb.audit import audit_politeness
+    from synthweb.audit import audit_politeness
 
     first = first_request_at(run.log)
     if first is None:
@@ -979,10 +979,10 @@ def run(spec: BenchSpec, command: str, progress: Callable[[str], None] = print) 
     """The whole benchmark; returns the result (also written to `out/result.json`)."""
     from importlib.metadata import version
 
-    from tests.synthweb.audit import robots_rules
-    from tests.synthweb.bench import run_bench
-    from tests.synthweb.generate import build_web, default_corpus
-    from tests.synthweb.model import WebPolicy, policy_from_dict, policy_to_dict
+    from synthweb.audit import robots_rules
+    from synthweb.bench import run_bench
+    from synthweb.generate import build_web, default_corpus
+    from synthweb.model import WebPolicy, policy_from_dict, policy_to_dict
     from udfs.config import load_config
 
     config = load_config("", list(spec.overrides))
@@ -1100,7 +1100,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE",
                    help="our configuration overrides (also used to derive Scrapy's settings)")
     p.add_argument("--web-set", dest="web", action="append", default=[], metavar="KEY=VALUE",
-                   help="a field of the synthetic web's WebPolicy (tests/synthweb/model.py), value as JSON")
+                   help="a field of the synthetic web's WebPolicy (synthweb/model.py), value as JSON")
     p.add_argument("--taskmanagers", type=int, default=d.taskmanagers,
                    help="Flink TaskManagers of our stack (use with --set job.parallelism=N)")
     p.add_argument("--out", type=Path, default=d.out)

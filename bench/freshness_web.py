@@ -1,7 +1,7 @@
 """Freshness on the synthetic web: the real crawl job, an accelerated clock, three schedulers (issue #6).
 
 The synthetic web runs its clock `--speed` times faster than the wall (default 5,760: a simulated day
-is 15 s), and its pages change as Poisson processes with known rates (`tests/synthweb/clock.py`). The
+is 15 s), and its pages change as Poisson processes with known rates (`synthweb/clock.py`). The
 whole crawl job runs against it on the local stack three times, once per `recrawl.scheduler`: ours
 ("adaptive"), "uniform" and "halve" (× 0.5 on change, × 1.5 otherwise). Every time setting of
 `[recrawl]` is divided by the speed, and every rate multiplied by it, so the crawler works in the web's
@@ -88,7 +88,7 @@ def fetch_times(log: Iterable[Mapping[str, Any]], pages: Mapping[tuple[str, str]
 def freshness(fetches: Mapping[tuple[str, str], list[tuple[float, int]]], pages: Mapping[tuple[str, str], PageTruth],
               start: float, end: float) -> dict[str, float]:
     """Time-averaged freshness over [start, end) (simulated seconds) and the fetch figures of that window."""
-    from tests.synthweb.clock import ChangeTracker
+    from synthweb.clock import ChangeTracker
 
     changes = ChangeTracker()
     fresh_s = 0.0
@@ -149,7 +149,7 @@ def replace_section(text: str, section: str) -> str:
 # --- running ---------------------------------------------------------------------------------------
 
 def web_policy(spec: Spec, origin: float) -> Any:
-    from tests.synthweb.model import RobotsVariant, WebPolicy
+    from synthweb.model import RobotsVariant, WebPolicy
 
     return WebPolicy(min_pages=spec.pages, max_pages=spec.pages, shared_ip_share=0.0, multi_host_site_share=0.0,
                      same_host_link_share=1.0, same_site_link_share=0.0, missing_host_link_share=0.0,
@@ -193,9 +193,9 @@ def run_one(spec: Spec, scheduler: str, stack: Any, progress: Any) -> dict[str, 
     from bench.crawl_bench import WEB_ALLOW, WEB_DENY, _wait_first_request
     from crawler import kafka_io
     from crawler.crawl import RunSpec, seed_events, submit
-    from tests.synthweb.generate import build_web
-    from tests.synthweb.model import policy_to_dict
-    from tests.synthweb.server import SyntheticWebProcess
+    from synthweb.generate import build_web
+    from synthweb.model import policy_to_dict
+    from synthweb.server import SyntheticWebProcess
     from udfs.records import TOPIC_FRONTIER
 
     out = spec.out / scheduler

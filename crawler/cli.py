@@ -79,12 +79,12 @@ def configure_logging(level: str | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one sub-command; its return value is the exit code. Expected failures (a broker or a
-    cluster that does not start, a bad option value) print one line to stderr and exit 2."""
+    cluster that does not start, a bad option value, a missing input file) print one line to stderr and exit 2."""
     args = build_parser().parse_args(argv)
     configure_logging(vars(args).pop("log_level", None))
     try:
         return int(args.func(args))
-    except (RuntimeError, ValueError, TimeoutError) as exc:
+    except (RuntimeError, ValueError, TimeoutError, FileNotFoundError) as exc:
         print(f"crawler {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -4,12 +4,12 @@ where the WARC files and the topics are."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from crawler.crawl import RunSpec, read_seed_file, run
-from crawler.paths import ROOT
 from crawler.stack import Stack, StackConfig, install
+from synthweb import SyntheticWebProcess
+from synthweb.webdata import require_webdata, webdata_dir
 
 # The synthetic web lives on loopback only; the SSRF guard blocks loopback by default, so the demo
 # re-admits 127.0.0.0/8 and keeps one sub-range denied, as a real deployment would for its own hosts.
@@ -23,18 +23,15 @@ DEMO_SETTINGS = ["politeness.default_delay_s=0.5", "job.bundle_time_ms=20", "job
                  "job.kafka_linger_ms=5", "job.kafka_fetch_min_bytes=1"]
 
 
-def _synthetic_web(n_hosts: int, folder: Path):
-    """The bundled synthetic web lives with the tests (tests/synthweb); the demo serves it as a child process."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    from tests.synthweb import SyntheticWebProcess
-
+def _synthetic_web(n_hosts: int, folder: Path) -> SyntheticWebProcess:
+    """The bundled synthetic web, served by a child process."""
     folder.mkdir(parents=True, exist_ok=True)
     return SyntheticWebProcess(n_hosts, seed=1, workdir=folder)
 
 
 def demo(hosts: int, duration_s: float, out: Path) -> int:
     out = out.resolve()
+    require_webdata(webdata_dir())  # before any download: the web is made of pages the package does not ship
     print("demo: installing what is missing (Kafka and connector jars, Flink home) ...", flush=True)
     install()
     stack = Stack(StackConfig())

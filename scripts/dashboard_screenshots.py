@@ -37,7 +37,7 @@ from crawler import kafka_io  # noqa: E402
 from crawler.crawl import RunSpec, read_seed_file, seed_events, submit  # noqa: E402
 from crawler.ops import wait_running  # noqa: E402
 from crawler.stack import Stack, StackConfig, install  # noqa: E402
-from tests.synthweb import SyntheticWebProcess  # noqa: E402
+from synthweb import SyntheticWebProcess  # noqa: E402
 from udfs.records import TOPIC_FRONTIER  # noqa: E402
 
 VIEWPORT = {"width": 1600, "height": 1500}

@@ -26,8 +26,8 @@ from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from crawler import kafka_io
 from crawler.crawl import records_since, seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source, python_worker_settings
-from tests.synthweb import SyntheticWebProcess, WebPolicy
-from tests.synthweb.model import policy_to_dict
+from synthweb import SyntheticWebProcess, WebPolicy
+from synthweb.model import policy_to_dict
 from udfs.config import CrawlConfig, load_config
 from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, decode_frontier_event
 

@@ -30,8 +30,8 @@ from crawler.audit import os_actor
 from crawler.crawl import records_since
 from crawler.paths import ROOT
 from tests.integration.harness import free_port, start_crawl_job
-from tests.synthweb import SyntheticWebProcess, load_log
-from tests.synthweb.audit import is_robots
+from synthweb import SyntheticWebProcess, load_log
+from synthweb.audit import is_robots
 from udfs.config import load_config
 from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_PAGES, TOPIC_STATUS
 

@@ -21,10 +21,10 @@ from warcio.archiveiterator import ArchiveIterator
 from crawler.crawl import records_since
 from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
 from tests.paths import ROOT
-from tests.synthweb import RobotsVariant, Web, WebPolicy, audit_politeness, build_web, load_log
-from tests.synthweb.model import Host
-from tests.synthweb.audit import ROBOTS_PATHS
-from tests.synthweb.tdmrep import TDMREP_PATH, tdmrep_body
+from synthweb import RobotsVariant, Web, WebPolicy, audit_politeness, build_web, load_log
+from synthweb.model import Host
+from synthweb.audit import ROBOTS_PATHS
+from synthweb.tdmrep import TDMREP_PATH, tdmrep_body
 from tests.warc_validators import assert_all_accept
 from udfs.optout import tdmrep_rule
 from udfs.records import TOPIC_PAGES
@@ -37,7 +37,7 @@ WANT_PAGES = 25
 DEADLINE_S = 150.0
 DEFAULT_DELAY_S = 0.5
 # With seed 18 these pick two rules hosts whose robots.txt also disallows GPTBot, one rules host whose
-# pages send `X-Robots-Tag: noai`, and leave the rest of the web as it was (tests/synthweb/generate.py);
+# pages send `X-Robots-Tag: noai`, and leave the rest of the web as it was (synthweb/generate.py);
 # tdmrep_share 0.15 gives the noai host a tdmrep.json reserving everything, and three more hosts one
 # reserving a section (/news/, /blog/, /articles/), one of them behind a robots.txt answering 503.
 WEB_POLICY = WebPolicy(gptbot_disallow_share=0.4, noai_share=0.4, tdmrep_share=0.15)

@@ -168,7 +168,7 @@ def _record_at(page: dict[str, Any]) -> Any:
 def test_fetch_stage_dedups_exact_and_near_duplicates_of_the_synthetic_web(tmp_path: Path) -> None:
     from operators.fetch import fetch_stage
     from tests.integration.harness import FolderFeed, collected, next_output, thread_mode_env
-    from tests.synthweb import Behaviour, HostOverride, RobotsVariant, SyntheticWeb, build_web, write_host_map
+    from synthweb import Behaviour, HostOverride, RobotsVariant, SyntheticWeb, build_web, write_host_map
     from udfs.netguard import FetchPolicy
     from udfs.urls import host_key, normalize_url
 

@@ -13,10 +13,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
-from tests.synthweb import WebPolicy, audit_politeness, build_web, load_log
-from tests.synthweb.audit import ROBOTS_PATHS
-from tests.synthweb.model import RobotsVariant
-from tests.synthweb.tdmrep import TDMREP_PATH
+from synthweb import WebPolicy, audit_politeness, build_web, load_log
+from synthweb.audit import ROBOTS_PATHS
+from synthweb.model import RobotsVariant
+from synthweb.tdmrep import TDMREP_PATH
 from udfs.soft404 import PROBE_PATH
 from udfs.urls import registrable_domain
 

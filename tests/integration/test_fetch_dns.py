@@ -1,4 +1,4 @@
-"""The fetcher's resolver against a DNS server of our own on loopback (tests/synthweb/dns.py).
+"""The fetcher's resolver against a DNS server of our own on loopback (synthweb/dns.py).
 
 Real UDP DNS (c-ares through aiodns, pointed at the stub by `fetch.dns_nameservers`), real sockets on
 127.x, no Flink. Proved from the DNS server's side (its query log) and the web server's side (which
@@ -19,7 +19,7 @@ from operators.fetch import Fetcher
 from operators.fetch_loop import FetchLoop
 from operators.resolver import GuardedResolver, ResolveFailure
 from tests.integration.test_fetch_operator import HOST_A, HOST_B, HOST_DENIED, Listener, LoopbackWeb, policy_for, reply
-from tests.synthweb.dns import QTYPE_A, DnsStub, Zone
+from synthweb.dns import QTYPE_A, DnsStub, Zone
 from udfs.netguard import FetchPolicy
 from udfs.politeness import Health, classify_health, next_backoff
 from udfs.records import FetchRequest

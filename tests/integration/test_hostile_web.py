@@ -32,14 +32,14 @@ from pyflink.common.job_status import JobStatus
 from crawler import kafka_io
 from crawler.crawl import records_since
 from tests.integration.harness import free_port, frontier_job, next_output, read_metrics, rest_get, start_crawl_job
-from tests.synthweb import (Behaviour, Host, RobotsVariant, SyntheticWebProcess, WebPolicy, audit_politeness,
-                            build_web, load_log)
-from tests.synthweb.audit import ip_concurrency
-from tests.synthweb.dns import DnsStub, Zone
-from tests.synthweb.links import denied_bait_url
-from tests.synthweb.model import DEFAULT_BEHAVIOURS, METADATA_IP, Web, policy_to_dict
-from tests.synthweb.reqlog import requests_only
-from tests.synthweb.robots import RULE_HEAVY_HEAD
+from synthweb import (Behaviour, Host, RobotsVariant, SyntheticWebProcess, WebPolicy, audit_politeness,
+                      build_web, load_log)
+from synthweb.audit import ip_concurrency
+from synthweb.dns import DnsStub, Zone
+from synthweb.links import denied_bait_url
+from synthweb.model import DEFAULT_BEHAVIOURS, METADATA_IP, Web, policy_to_dict
+from synthweb.reqlog import requests_only
+from synthweb.robots import RULE_HEAVY_HEAD
 from udfs.config import load_config
 from udfs.records import (TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, TOPIC_STATUS, ContractError,
                           decode_frontier_event, encode)

@@ -26,8 +26,8 @@ from crawler.crawl import seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
 from tests.integration.harness import free_port, read_metrics
 from tests.paths import ROOT
-from tests.synthweb import SyntheticWebProcess, build_web, load_log
-from tests.synthweb.model import RobotsVariant, policy_from_dict
+from synthweb import SyntheticWebProcess, build_web, load_log
+from synthweb.model import RobotsVariant, policy_from_dict
 from udfs.config import load_config
 from udfs.fetch_stats import STATUS_CLASSES
 from udfs.frontier_logic import TRAP_METRICS

@@ -17,8 +17,8 @@ import pytest
 from crawler.crawl import records_since
 from operators.parse import PageParser
 from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
-from tests.synthweb import WebPolicy, audit_politeness, build_web, load_log
-from tests.synthweb.model import NESTING_BOMB_TAGS, Behaviour
+from synthweb import WebPolicy, audit_politeness, build_web, load_log
+from synthweb.model import NESTING_BOMB_TAGS, Behaviour
 from udfs.fetch_status import fetch_result
 from udfs.links import DEFAULT_POLICY
 from udfs.records import TOPIC_PAGES, FetchStatus

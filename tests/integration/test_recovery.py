@@ -37,8 +37,8 @@ from operators.warc_writer import (Location, WarcFiles, WarcFileSettings, captur
                                    repair_file)
 from tests.integration.harness import free_port, frontier_counters
 from tests.integration.test_warc_writer import T0, result
-from tests.synthweb import SyntheticWebProcess, Violation, audit_politeness, build_web, load_log
-from tests.synthweb.model import policy_from_dict
+from synthweb import SyntheticWebProcess, Violation, audit_politeness, build_web, load_log
+from synthweb.model import policy_from_dict
 from tests.warc_validators import warcio_check
 from udfs.config import load_config
 from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES

@@ -17,9 +17,9 @@ import pytest
 
 from crawler.crawl import records_since
 from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
-from tests.synthweb import WebPolicy, audit_politeness, build_web, load_log
-from tests.synthweb.model import RobotsVariant
-from tests.synthweb.robots import INDEX_CHILDREN
+from synthweb import WebPolicy, audit_politeness, build_web, load_log
+from synthweb.model import RobotsVariant
+from synthweb.robots import INDEX_CHILDREN
 from udfs.records import TOPIC_PAGES
 
 pytestmark = pytest.mark.integration

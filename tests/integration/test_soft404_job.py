@@ -14,10 +14,10 @@ import pytest
 
 from crawler.crawl import records_since
 from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
-from tests.synthweb import WebPolicy, audit_politeness, build_web, load_log
-from tests.synthweb.audit import ROBOTS_PATHS
-from tests.synthweb.model import Behaviour
-from tests.synthweb.tdmrep import TDMREP_PATH
+from synthweb import WebPolicy, audit_politeness, build_web, load_log
+from synthweb.audit import ROBOTS_PATHS
+from synthweb.model import Behaviour
+from synthweb.tdmrep import TDMREP_PATH
 from udfs.records import TOPIC_PAGES
 from udfs.soft404 import PROBE_PATH
 

@@ -27,7 +27,7 @@ from crawler.audit import AuditLog, read_audit
 from crawler.cli import main
 from crawler.crawl import records_since
 from tests.integration.harness import loop_config, start_crawl_job, start_policy_web
-from tests.synthweb import WebPolicy, build_web, load_log
+from synthweb import WebPolicy, build_web, load_log
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES
 from udfs.urls import host_key
 

@@ -298,7 +298,7 @@ def test_synthetic_web_pages_fetched_parsed_and_archived_end_to_end(tmp_path: Pa
 
     from operators.fetch import Fetcher
     from operators.resolver import load_pins
-    from tests.synthweb import SyntheticWeb, build_web, write_host_map
+    from synthweb import SyntheticWeb, build_web, write_host_map
     from udfs.netguard import FetchPolicy
     from udfs.urls import host_key, normalize_url
 

@@ -10,7 +10,7 @@ import pytest
 
 from bench import crawl_bench as cb
 from bench import scrapy_crawl as sc
-from tests.synthweb.audit import Violation, ViolationKind
+from synthweb.audit import Violation, ViolationKind
 from udfs.config import load_config
 
 

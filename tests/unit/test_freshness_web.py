@@ -4,7 +4,7 @@ from __future__ import annotations
 import random
 
 from bench.freshness_web import PageTruth, crawler_config, fetch_times, freshness, Spec
-from tests.synthweb.clock import ChangeTracker
+from synthweb.clock import ChangeTracker
 from udfs.config import load_config
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.synthweb import Behaviour, HostOverride, RobotsVariant, WebPolicy, build_web
-from tests.synthweb.generate import default_corpus
-from tests.synthweb.render import Router
+from synthweb import Behaviour, HostOverride, RobotsVariant, WebPolicy, build_web
+from synthweb.generate import default_corpus
+from synthweb.render import Router
 from udfs.config import SECTIONS, ConfigError, load_config
 from udfs.links import extract
 from udfs.simhash import simhash

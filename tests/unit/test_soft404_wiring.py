@@ -10,7 +10,7 @@ import pytest
 from operators.parse import is_probe, probe_event, robots_event
 from udfs.page_facts import parse_result
 from operators.warc_writer import completion_event, discovered_batches, parsed_page
-from tests.synthweb.render import small_page
+from synthweb.render import small_page
 from tests.frontier_harness import HOST, T0, Harness, Value
 from udfs import frontier_logic as fl
 from udfs.optout import OptOutPolicy

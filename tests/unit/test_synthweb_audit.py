@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from tests.synthweb import HostOverride, RobotsVariant, SyntheticWeb, WebPolicy, audit_politeness, build_web
-from tests.synthweb.audit import ViolationKind as K
-from tests.synthweb.audit import robots_rules
+from synthweb import HostOverride, RobotsVariant, SyntheticWeb, WebPolicy, audit_politeness, build_web
+from synthweb.audit import ViolationKind as K
+from synthweb.audit import robots_rules
 
 POLICY = WebPolicy(behaviour_share=0.0)
 RULES, FAILING, MISSING, WILDCARD, LIMITED = range(5)

@@ -8,13 +8,13 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.synthweb import (Behaviour, HostOverride, RobotsVariant, WebPolicy, build_web, write_host_map,
-                            write_seeds)
-from tests.synthweb.corpus import EXTRA, LINK, SELF, make_template
-from tests.synthweb.generate import default_corpus
-from tests.synthweb.links import SSRF_METADATA_URL, denied_bait_url, page_links
-from tests.synthweb.model import DEFAULT_BEHAVIOURS, policy_from_dict, policy_to_dict
-from tests.synthweb.render import Router
+from synthweb import (Behaviour, HostOverride, RobotsVariant, WebPolicy, build_web, write_host_map,
+                      write_seeds)
+from synthweb.corpus import EXTRA, LINK, SELF, make_template
+from synthweb.generate import default_corpus
+from synthweb.links import SSRF_METADATA_URL, denied_bait_url, page_links
+from synthweb.model import DEFAULT_BEHAVIOURS, policy_from_dict, policy_to_dict
+from synthweb.render import Router
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,13 @@ import json
 import brotli
 import pytest
 
-from tests.synthweb import (Behaviour, HostOverride, RobotsVariant, SyntheticWeb, SyntheticWebProcess, WebPolicy,
-                            build_web, write_host_map)
-from tests.synthweb.generate import default_corpus
-from tests.synthweb.links import entrances
-from tests.synthweb.model import DEFAULT_BEHAVIOURS, DEFAULT_ROBOTS_MIX, policy_to_dict
-from tests.synthweb.render import brotli_bomb
-from tests.synthweb.robots import RULE_HEAVY_HEAD, RULE_HEAVY_RULES, robots_answer, rule_heavy_body, sitemap_path
+from synthweb import (Behaviour, HostOverride, RobotsVariant, SyntheticWeb, SyntheticWebProcess, WebPolicy,
+                      build_web, write_host_map)
+from synthweb.generate import default_corpus
+from synthweb.links import entrances
+from synthweb.model import DEFAULT_BEHAVIOURS, DEFAULT_ROBOTS_MIX, policy_to_dict
+from synthweb.render import brotli_bomb
+from synthweb.robots import RULE_HEAVY_HEAD, RULE_HEAVY_RULES, robots_answer, rule_heavy_body, sitemap_path
 from udfs.fetch_status import CappedDecoder
 from udfs.robots import MAX_MATCH_BUDGET, RFC_MIN_PARSE_BYTES, RobotsPolicy, parse_robots
 

@@ -11,10 +11,10 @@ from email.utils import formatdate, parsedate_to_datetime
 
 import pytest
 
-from tests.synthweb import (Behaviour, HostOverride, RobotsVariant, SyntheticWeb, SyntheticWebProcess,
-                            WebPolicy, build_web, load_log)
-from tests.synthweb.links import SSRF_METADATA_URL
-from tests.synthweb.model import policy_to_dict
+from synthweb import (Behaviour, HostOverride, RobotsVariant, SyntheticWeb, SyntheticWebProcess,
+                      WebPolicy, build_web, load_log)
+from synthweb.links import SSRF_METADATA_URL
+from synthweb.model import policy_to_dict
 
 B = Behaviour
 POLICY = WebPolicy(behaviour_share=0.0, huge_page_bytes=2_000_000, gzip_bomb_bytes=5_000_000,
@@ -360,7 +360,7 @@ def test_if_modified_since_in_the_past_returns_the_page(server, web):
 
 
 def test_a_failing_route_answers_500_and_the_server_goes_on(server, web, monkeypatch):
-    from tests.synthweb.render import Router
+    from synthweb.render import Router
 
     def boom(self, *args):
         raise RuntimeError("bug")

@@ -56,7 +56,7 @@ ALL_BEHAVIOURS: frozenset[Behaviour] = frozenset(Behaviour)
 # Behaviours handed out unless a policy names its own. The parser bombs and the brotli bomb are asked for
 # by name, so the webs of the tests and benchmarks built before them keep the hosts they had.
 DEFAULT_BEHAVIOURS: frozenset[Behaviour] = ALL_BEHAVIOURS - {Behaviour.NESTING_BOMB, Behaviour.BROTLI_BOMB}
-# The tags a nesting bomb nests (tests/synthweb/render.py `nesting_bomb`): blocks, lists and inline ones.
+# The tags a nesting bomb nests (synthweb/render.py `nesting_bomb`): blocks, lists and inline ones.
 NESTING_BOMB_TAGS = ("div", "section", "ul", "blockquote", "span")
 METADATA_IP = "169.254.169.254"
 

@@ -12,9 +12,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.synthweb.generate import build_web
-from tests.synthweb.model import policy_from_dict, policy_to_dict
-from tests.synthweb.server import SyntheticWebProcess
+from synthweb.generate import build_web
+from synthweb.model import policy_from_dict, policy_to_dict
+from synthweb.server import SyntheticWebProcess
 
 
 async def _fetch_host(ip: str, port: int, name: str, paths: list[str], gzip: bool) -> tuple[int, int]:

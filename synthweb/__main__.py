@@ -1,4 +1,4 @@
-"""`python -m tests.synthweb serve|describe|bench`: run, inspect or measure the synthetic web."""
+"""`python -m synthweb serve|describe|bench`: run, inspect or measure the synthetic web."""
 from __future__ import annotations
 
 import argparse
@@ -9,10 +9,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from tests.synthweb.generate import build_web
-from tests.synthweb.model import Web, WebPolicy, policy_from_dict, write_host_map, write_seeds
-from tests.synthweb.reqlog import RequestLog
-from tests.synthweb.server import WebServer
+from synthweb.generate import build_web
+from synthweb.model import Web, WebPolicy, policy_from_dict, write_host_map, write_seeds
+from synthweb.reqlog import RequestLog
+from synthweb.server import WebServer
 
 
 def _policy(args: argparse.Namespace) -> WebPolicy:
@@ -63,7 +63,7 @@ def _describe(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.synthweb", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m synthweb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("serve", "describe", "bench"):
         p = sub.add_parser(name)
@@ -88,16 +88,11 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--prewarm", action="store_true", help="measure with every template made")
     args = parser.parse_args(argv)
     if args.command == "serve":
-        try:
-            import uvloop  # optional: a faster event loop, when installed
-            run = uvloop.run
-        except ImportError:
-            run = asyncio.run
-        run(_serve(args))
+        asyncio.run(_serve(args))
     elif args.command == "describe":
         _describe(args)
     else:
-        from tests.synthweb.bench import run_bench
+        from synthweb.bench import run_bench
         print(json.dumps(run_bench(args.hosts, args.seed, args.seconds, args.connections, args.gzip,
                                    args.policy, args.prewarm), indent=1))
     return 0

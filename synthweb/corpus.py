@@ -1,4 +1,4 @@
-"""Real pages and robots.txt bodies from ../shared/webdata, turned into link templates.
+"""Real pages and robots.txt bodies from the webdata folder (`synthweb.webdata`), turned into link templates.
 
 A template is the page's bytes cut at every `<a href>` value (and the canonical/base links), so a
 rewritten page is one `b"".join` of fixed parts and generated URLs: no HTML parse per request.
@@ -14,9 +14,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.synthweb.cache import ByteBoundedCache
+from synthweb.cache import ByteBoundedCache
+from synthweb.webdata import PAGE_DIRS, require_webdata
 
-PAGE_DIRS = ("trafilatura_eval", "scrapinghub_aeb")
 ROBOTS_TAR = Path("robots_txt_protego") / "robots_txt_files.tar.gz"
 ROBOTS_MANIFEST = Path("robots_txt_protego") / "manifest.tsv"
 # Real robots bodies above this size are left to the HUGE variant, which is generated.
@@ -148,6 +148,7 @@ class Corpus:
 
     def __init__(self, webdata: Path, cache_bytes: int = 256 * 1024 * 1024) -> None:
         self.webdata = webdata
+        require_webdata(webdata)
         pages: list[SourcePage] = []
         for d in PAGE_DIRS:
             manifest = webdata / d / "manifest.jsonl"

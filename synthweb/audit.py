@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from tests.synthweb.corpus import Corpus
-from tests.synthweb.generate import default_corpus
-from tests.synthweb.model import Web
-from tests.synthweb.reqlog import Record, RequestRecord, requests_only
-from tests.synthweb.robots import MOVED_PATH, effective_robots
+from synthweb.corpus import Corpus
+from synthweb.generate import default_corpus
+from synthweb.model import Web
+from synthweb.reqlog import Record, RequestRecord, requests_only
+from synthweb.robots import MOVED_PATH, effective_robots
 from udfs.robots import RobotsRules, parse_robots
 
 ROBOTS_PATHS = ("/robots.txt", MOVED_PATH)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tests.synthweb.corpus import Corpus
-from tests.synthweb.model import Host, RobotsVariant, Web, base_url
+from synthweb.corpus import Corpus
+from synthweb.model import Host, RobotsVariant, Web, base_url
 
 MOVED_PATH = "/robots-moved.txt"
 HUGE_ROBOTS_BYTES = 600 * 1024  # over the 500 KiB a parser must read (RFC 9309 §2.5)

@@ -24,11 +24,11 @@ from collections.abc import Sequence
 from email.utils import formatdate, parsedate_to_datetime
 from pathlib import Path
 
-from tests.synthweb.corpus import Corpus
-from tests.synthweb.generate import default_corpus
-from tests.synthweb.model import Behaviour, Web, base_url
-from tests.synthweb.render import Reply, Router, brotli_bomb, gzip_bomb
-from tests.synthweb.reqlog import Record, RequestLog, RequestRecord, load_log
+from synthweb.corpus import Corpus
+from synthweb.generate import default_corpus
+from synthweb.model import Behaviour, Web, base_url
+from synthweb.render import Reply, Router, brotli_bomb, gzip_bomb
+from synthweb.reqlog import Record, RequestLog, RequestRecord, load_log
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_REQUEST_BODY = 1024 * 1024
@@ -360,11 +360,11 @@ class SyntheticWeb:
 
 
 class SyntheticWebProcess:
-    """The server as a subprocess (`python -m tests.synthweb serve`), log in a JSON-lines file.
+    """The server as a subprocess (`python -m synthweb serve`), log in a JSON-lines file.
 
     Rebuilt in the child from (n_hosts, seed, policy file), so the parent can `build_web` the same
     description for its assertions. The hosts named in `unpinned` are served but left out of the host
-    map, so a crawler has to resolve them through DNS (tests/synthweb/dns.py).
+    map, so a crawler has to resolve them through DNS (synthweb/dns.py).
     """
 
     def __init__(self, n_hosts: int, seed: int, workdir: Path, port: int = 0,
@@ -391,7 +391,7 @@ class SyntheticWebProcess:
 
     def start(self, timeout: float = 120.0) -> SyntheticWebProcess:
         self._ready.unlink(missing_ok=True)
-        cmd = [sys.executable, "-m", "tests.synthweb", "serve", "--hosts", str(self.n_hosts),
+        cmd = [sys.executable, "-m", "synthweb", "serve", "--hosts", str(self.n_hosts),
                "--seed", str(self.seed), "--port", str(self._port), "--log", str(self.log_path),
                "--host-map", str(self.host_map), "--seeds", str(self.seeds), "--ready-file", str(self._ready)]
         if self._policy is not None:
@@ -400,9 +400,10 @@ class SyntheticWebProcess:
             cmd.append("--prewarm")
         for name in self.unpinned:
             cmd += ["--host-map-omit", name]
-        root = Path(__file__).resolve().parents[2]
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-        self._proc = subprocess.Popen(cmd, cwd=root, env=env)
+        # The child imports this same copy of the package, installed or in a checkout.
+        home = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [home, os.environ.get("PYTHONPATH")]))}
+        self._proc = subprocess.Popen(cmd, env=env)
         deadline = time.monotonic() + timeout
         while not self._ready.exists() or not self._ready.read_text().strip():
             if self._proc.poll() is not None:

@@ -8,9 +8,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from tests.paths import WEBDATA
-from tests.synthweb.corpus import Corpus
-from tests.synthweb.model import Behaviour, Host, Page, RobotsVariant, Web, WebPolicy
+from synthweb.corpus import Corpus
+from synthweb.model import Behaviour, Host, Page, RobotsVariant, Web, WebPolicy
+from synthweb.webdata import webdata_dir
 
 SECTIONS = ("news", "blog", "articles", "2019/05", "2021/11", "products", "guides", "opinion")
 WORDS = ("river", "market", "budget", "garden", "summit", "recipe", "league", "museum", "climate",
@@ -35,8 +35,8 @@ class HostOverride:
 
 @lru_cache(maxsize=2)
 def default_corpus() -> Corpus:
-    """The corpus from the shared webdata folder, loaded once per process."""
-    return Corpus(WEBDATA)
+    """The corpus from the webdata folder (`synthweb.webdata`), loaded once per process."""
+    return Corpus(webdata_dir())
 
 
 def _addresses(policy: WebPolicy) -> Iterator[str]:

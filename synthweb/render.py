@@ -22,13 +22,13 @@ from urllib.parse import parse_qs, urlsplit
 
 import brotli
 
-from tests.synthweb.cache import ByteBoundedCache
-from tests.synthweb.clock import ChangeTracker, SimClock
-from tests.synthweb.corpus import LINK, SELF, Corpus, Template
-from tests.synthweb.links import SSRF_METADATA_URL, denied_bait_url, page_links, with_session
-from tests.synthweb.model import NESTING_BOMB_TAGS, Behaviour, Host, Page, RobotsVariant, Web, base_url
-from tests.synthweb.robots import INDEX_CHILDREN, MOVED_PATH, robots_answer, rules_body, sitemap_path
-from tests.synthweb.tdmrep import TDMREP_PATH, tdmrep_body
+from synthweb.cache import ByteBoundedCache
+from synthweb.clock import ChangeTracker, SimClock
+from synthweb.corpus import LINK, SELF, Corpus, Template
+from synthweb.links import SSRF_METADATA_URL, denied_bait_url, page_links, with_session
+from synthweb.model import NESTING_BOMB_TAGS, Behaviour, Host, Page, RobotsVariant, Web, base_url
+from synthweb.robots import INDEX_CHILDREN, MOVED_PATH, robots_answer, rules_body, sitemap_path
+from synthweb.tdmrep import TDMREP_PATH, tdmrep_body
 
 HTML = "text/html; charset=utf-8"
 _CALENDAR = re.compile(r"^/calendar/(\d{4})/(\d{2})/$")

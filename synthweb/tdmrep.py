@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from tests.synthweb.model import Host
+from synthweb.model import Host
 
 TDMREP_PATH = "/.well-known/tdmrep.json"
 TDM_POLICY = "https://example.test/tdm-policy.json"

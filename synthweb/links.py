@@ -9,7 +9,7 @@ from __future__ import annotations
 import ipaddress
 import random
 
-from tests.synthweb.model import METADATA_IP, NESTING_BOMB_TAGS, Behaviour, Host, Page, RobotsVariant, Web, base_url
+from synthweb.model import METADATA_IP, NESTING_BOMB_TAGS, Behaviour, Host, Page, RobotsVariant, Web, base_url
 
 SSRF_METADATA_URL = f"http://{METADATA_IP}/latest/meta-data/"
 SPECIAL_SHARE = 0.05   # same-host links that lead to a trap or hostile page on such hosts
