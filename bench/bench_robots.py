@@ -11,6 +11,10 @@ both alike. Prints parse MB/s and checks/s for both. Then the cost of one URL (C
 --rounds) on files built to be slow within the 512 KiB parse limit, and on the costliest real files
 with long URLs, and how many of those answers ran out of the matching budget (decision 3720).
 Bounded loops, no network.
+
+It prints; `python -m bench.run_udfs bench_robots` (or `make bench-udfs`, every benchmark of the pure core)
+runs it and writes what it printed into BENCHMARKS.md between `<!-- bench.bench_robots:begin -->` and
+`<!-- bench.bench_robots:end -->`, as for the other blocks there.
 """
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime
+import functools
 import json
 import os
 import platform
@@ -31,6 +32,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +51,7 @@ BENCH_STATE = ROOT / ".cache" / "bench-stack"
 WEB_ALLOW, WEB_DENY = ["127.0.0.0/8"], ["127.255.0.0/16"]  # the web is loopback; one range stays denied
 # Per-host files fetched before pages (robots.txt, its redirect target, TDMRep's tdmrep.json): not pages.
 PREFLIGHT_PATHS = ("/robots.txt", "/robots-moved.txt", "/.well-known/tdmrep.json")
+DNS_LATE_S = 10.0  # when the DNS stub answers its late hosts: past the crawler's lookup deadline (3 s)
 MAX_STARTUP_S = 180.0  # from `flink run` to the first request on the web, before the run is declared failed
 OURS, SCRAPY = "ours", "scrapy"
 
@@ -77,6 +80,8 @@ class BenchSpec:
     crawlers: tuple[str, ...] = (OURS, SCRAPY)
     taskmanagers: int = 1
     web: tuple[tuple[str, Any], ...] = ()   # WebPolicy fields set for this run (`--web-set`)
+    dns_hosts: int = 0                    # hosts left to a slow DNS stub (`--dns-hosts`, ours only): `dns_zones`
+    poison_at_s: float | None = None      # when poison goes to the job's input topics (`--poison-at`, ours only)
 
     def __post_init__(self) -> None:
         if self.taskmanagers < 1:
@@ -93,6 +98,10 @@ class BenchSpec:
             raise ValueError("sample_every_s must be positive and server_bench_s not negative")
         if self.scrapy_concurrency < 1:
             raise ValueError(f"scrapy_concurrency must be at least 1, got {self.scrapy_concurrency}")
+        if self.dns_hosts < 0:
+            raise ValueError(f"dns_hosts must not be negative, got {self.dns_hosts}")
+        if self.poison_at_s is not None and not 0 <= self.poison_at_s < self.seconds:
+            raise ValueError(f"poison_at_s must be in [0, seconds), got {self.poison_at_s} for {self.seconds} s")
         unknown = set(self.crawlers) - {OURS, SCRAPY}
         if unknown or not self.crawlers:
             raise ValueError(f"crawlers must be a non-empty subset of {OURS!r}, {SCRAPY!r}; got {self.crawlers}")
@@ -123,6 +132,17 @@ class Window:
 def measurement_window(first_request_at: float, seconds: float, warmup_s: float) -> Window:
     """Spec: issue #8 "sustained pages/s (excluding warm-up)": from first request + warm-up to first + seconds."""
     return Window(first_request_at + warmup_s, first_request_at + seconds)
+
+
+def dns_zones(web: Any, n: int, late_s: float) -> dict[str, Any]:
+    """How the DNS stub answers the `n` hosts the host map leaves out: the last `n` hosts on addresses of
+    their own, in turn answered at once, `late_s` late (past the crawler's deadline) and never. Every
+    other name the stub is asked about is NXDOMAIN."""
+    from synthweb.dns import Zone
+
+    alone = [h for h in web.hosts if len(web.by_ip[h.ip]) == 1][-n:] if n else []
+    kinds = (0.0, late_s, None)
+    return {h.name: Zone((h.ip,), delay_s=kinds[k % 3]) for k, h in enumerate(alone)}
 
 
 def is_preflight_path(path: str) -> bool:
@@ -506,6 +526,15 @@ def render_markdown(result: Mapping[str, Any]) -> str:
                 line += (f"; at the window's end the frontier read batches whose page was fetched {lag['read_late_s']:,.0f} s "
                          f"before, its backlog brake on in {lag['braked_share']:.0%} of the window's samples (decision 1843)")
             lines.append(line + ".")
+        hostile = ours.get("hostile_input")
+        if hostile:
+            lines.append(
+                f"- Ours, hostile input: {hostile['dns_hosts']:,} hosts left to a DNS stub (in turn answered at once, "
+                f"{DNS_LATE_S:g} s late, never), asked {hostile['dns_queries']:,} queries for {hostile['dns_names_asked']:,} "
+                f"of them; {hostile['poison_written']:,} poison records written, {hostile['poison_rejected']:,} of the "
+                f"{hostile['poison_refusable']:,} refusable ones rejected on crawl.status. Fetch outcomes: "
+                + ", ".join(f"{k} {v:,}" for k, v in sorted((ours.get("by_status") or {}).items(), key=lambda kv: -kv[1]))
+                + ".")
         busy = ours.get("busy_ms_per_s") or {}
         if busy:
             pps = ours["pages_per_s"] or None
@@ -721,12 +750,23 @@ def slim_frontier_event(event: Mapping[str, Any]) -> dict[str, Any]:
     discovered batches)."""
     if event.get("type") != "discovered":
         return dict(event)
-    return {**event, "urls": [{"fp": u.get("fp")} for u in event.get("urls") or ()]}
+    urls = event.get("urls")
+    return {**event, "urls": [{"fp": u.get("fp")} for u in urls if isinstance(u, dict)] if isinstance(urls, list) else []}
+
+
+def _json_object(value: bytes | None) -> dict[str, Any] | None:
+    """`value` decoded, if it is a JSON object; else None."""
+    try:
+        decoded = json.loads(value or b"")
+    except ValueError:   # JSONDecodeError and UnicodeDecodeError both
+        return None
+    return decoded if isinstance(decoded, dict) else None
 
 
 def timed_records(bootstrap: str, topic: str, since_ms: int, slim: Callable[[dict[str, Any]], dict[str, Any]],
                   timeout_s: float = 600.0) -> list[tuple[int, dict[str, Any]]]:
-    """(Kafka timestamp ms, `slim`(decoded JSON value)) of every record of `topic` at or after `since_ms`."""
+    """(Kafka timestamp ms, `slim`(decoded JSON value)) of every record of `topic` at or after `since_ms`
+    whose value is a JSON object (poison is left out)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     from crawler import kafka_io
@@ -749,7 +789,9 @@ def timed_records(bootstrap: str, topic: str, since_ms: int, slim: Callable[[dic
                     at_end.add(msg.partition())
                 continue
             at_end.discard(msg.partition())
-            out.append((msg.timestamp()[1], slim(json.loads(msg.value()))))
+            value = _json_object(msg.value())
+            if value is not None:
+                out.append((msg.timestamp()[1], slim(value)))
     finally:
         consumer.close()
     return out
@@ -805,14 +847,19 @@ def _sample_until(sampler: Sampler, log_path: Path, seconds: float, every: float
         time.sleep(min(every, max(0.05, (first + seconds - now) if first else every)))
 
 
-def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]) -> CrawlRun:
-    """Our crawler via the `crawler crawl` machinery on a private stack; the stack is stopped after."""
+def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None],
+             zones: Mapping[str, Any] | None = None, poison_host: str | None = None) -> CrawlRun:
+    """Our crawler via the `crawler crawl` machinery on a private stack; the stack is stopped after.
+    The hosts of `zones` are left out of the host map and answered by a DNS stub (`dns_zones`); with
+    `spec.poison_at_s`, poison (synthweb/poison.py, aimed at `poison_host`) goes to the job's input topics."""
     from crawler import kafka_io
     from crawler.crawl import (RunSpec, frontier_metrics, read_seed_file, seed_events, stop_with_savepoint,
                                submit, summarize)
     from crawler.stack import Stack, StackConfig
+    from synthweb.dns import DnsStub
+    from synthweb.poison import poison_all
     from synthweb.server import SyntheticWebProcess
-    from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
+    from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, TOPIC_STATUS
 
     out = spec.out / OURS
     shutil.rmtree(out, ignore_errors=True)
@@ -825,11 +872,18 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
     shutil.rmtree(stack.kafka.log_dir, ignore_errors=True)
     progress("ours: starting Kafka and Flink (private stack under .cache/bench-stack) ...")
     stack.up()
+    dns = DnsStub(dict(zones or {}))
+    overrides = list(spec.overrides)
+    if zones:
+        overrides += ["fetch.resolve_dns=true", f'fetch.dns_nameservers=["{dns.start()}"]']
+    poison_timer: threading.Timer | None = None
+    poison: dict[str, list[Any]] = {}
     try:
-        with SyntheticWebProcess(spec.hosts, spec.seed, out / "web", policy_file=policy_file, prewarm=True) as web:
+        with SyntheticWebProcess(spec.hosts, spec.seed, out / "web", policy_file=policy_file, prewarm=True,
+                                 unpinned=list(zones or ())) as web:
             run_spec = RunSpec(seeds=read_seed_file(web.seeds), out=out, host_map=web.host_map,
                                allow_networks=WEB_ALLOW, deny_networks=WEB_DENY, config_file=None,
-                               overrides=list(spec.overrides), duration_s=spec.seconds)
+                               overrides=overrides, duration_s=spec.seconds)
             (out / "warc").mkdir(parents=True, exist_ok=True)
             events, _ = seed_events(run_spec.seeds)
             started = time.monotonic()
@@ -837,6 +891,15 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
             job_id = submit(stack, run_spec, start_ms, job_name=f"crawl-bench {spec.hosts} hosts")
             kafka_io.produce(stack.kafka.bootstrap, TOPIC_FRONTIER, events)
             progress(f"ours: job {job_id} submitted, {len(events)} seed hosts sent")
+            if spec.poison_at_s is not None and poison_host is not None:
+                poison = poison_all(f"{poison_host}:{web.port}")
+
+                def write_poison() -> None:
+                    for topic, records in poison.items():
+                        kafka_io.produce(stack.kafka.bootstrap, topic, [(p.key, p.value) for p in records])
+                    progress(f"ours: poison written to {', '.join(poison)}")
+                poison_timer = threading.Timer(spec.poison_at_s, write_poison)
+                poison_timer.start()
             sampler = Sampler({"taskmanager": stack.flink.taskmanager.pid(), "jobmanager": stack.flink.jobmanager.pid(),
                                "kafka": stack.kafka.pid(), "web server": web.pid}, flink_extra(stack, job_id),
                               threads_of="taskmanager")
@@ -852,8 +915,12 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
             pages = timed_records(stack.kafka.bootstrap, TOPIC_PAGES, start_ms, slim_page)
             frontier = timed_records(stack.kafka.bootstrap, TOPIC_FRONTIER, start_ms, slim_frontier_event)
             outcomes = timed_records(stack.kafka.bootstrap, TOPIC_OUTCOMES, start_ms, slim_frontier_event)
+            rejects = timed_records(stack.kafka.bootstrap, TOPIC_STATUS, start_ms, dict) if poison else []
         log = web.request_log()
     finally:
+        if poison_timer is not None:
+            poison_timer.cancel()
+        dns.stop()
         progress("ours: stopping the private stack")
         stack.down()
     summary = summarize([p for _, p in pages], [e for _, e in outcomes], time.monotonic() - started, metrics)
@@ -870,7 +937,21 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
         "discovery_latency_s": percentiles(discovery_latencies(frontier, pages)),
         "fetch_latency_s": percentiles([ts / 1000.0 - p["fetched_at"] for ts, p in pages if p.get("fetched_at")]),
     }
+    if zones or poison:
+        extra["hostile_input"] = hostile_input_figures(zones or {}, dns.queries, poison, [r for _, r in rejects])
     return CrawlRun(log, sampler.samples, extra)
+
+
+def hostile_input_figures(zones: Mapping[str, Any], queries: Sequence[Any], poison: Mapping[str, Sequence[Any]],
+                          rejects: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """What the DNS stub was asked and what became of the poison: records written, and rejects on
+    crawl.status that quote a poison marker (the rest decode and are dropped and counted by the frontier)."""
+    quoted = " ".join(str(r.get("raw", "")) for r in rejects)
+    written = [p for records in poison.values() for p in records]
+    return {"dns_hosts": len(zones), "dns_queries": len(queries),
+            "dns_names_asked": len({q.name for q in queries} & set(zones)),
+            "poison_written": len(written), "poison_refusable": sum(1 for p in written if p.rejected),
+            "poison_rejected": sum(1 for p in written if p.rejected and re.search(re.escape(p.marker) + r"(?!\d)", quoted))}
 
 
 def run_scrapy(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]) -> CrawlRun:
@@ -1017,7 +1098,10 @@ def run(spec: BenchSpec, command: str, progress: Callable[[str], None] = print) 
         capacity_policy.write_text(json.dumps({**policy_to_dict(policy), "behaviour_share": 0.0}))
         result["server_capacity"] = run_bench(spec.hosts, spec.seed, spec.server_bench_s, 16, True,
                                               str(capacity_policy), prewarm=True)
-    runners = {OURS: (run_ours, ("taskmanager", "jobmanager", "kafka")), SCRAPY: (run_scrapy, ("scrapy",))}
+    zones = dns_zones(web, spec.dns_hosts, DNS_LATE_S)
+    poison_host = next(h.name for h in web.hosts if h.name not in zones)
+    ours = functools.partial(run_ours, zones=zones, poison_host=poison_host)
+    runners = {OURS: (ours, ("taskmanager", "jobmanager", "kafka")), SCRAPY: (run_scrapy, ("scrapy",))}
     for name in spec.crawlers:
         runner, groups = runners[name]
         crawl = runner(spec, policy_file, progress)
@@ -1043,6 +1127,21 @@ def make_plots(result: dict[str, Any], folder: Path, link_base: Path) -> dict[st
     return {name: os.path.relpath(path, link_base) for name, path in made.items()}
 
 
+def hostile_web() -> tuple[tuple[str, Any], ...]:
+    """`--hostile`'s web: every hostile behaviour of the synthetic web, the parser bombs too, on the
+    default share of hosts, and rule-heavy robots.txt files on 2% of hosts (taken from the `rules` share)."""
+    from synthweb.model import Behaviour, RobotsVariant, WebPolicy, policy_to_dict
+
+    plain = policy_to_dict(WebPolicy())["robots_mix"]
+    mix = [[name, share - 0.02 if name == RobotsVariant.RULES.value else share] for name, share in plain]
+    return (("behaviours", sorted(b.value for b in Behaviour)),
+            ("robots_mix", mix + [[RobotsVariant.RULE_HEAVY.value, 0.02]]))
+
+
+HOSTILE_DNS_HOSTS = 30     # `--hostile`: hosts left to the DNS stub
+HOSTILE_POISON_AT_S = 30.0  # `--hostile`: when the poison is written
+
+
 def web_setting(pair: str) -> tuple[str, Any]:
     """`--web-set KEY=VALUE`: a WebPolicy field and its value as JSON (a bare word is a string), e.g.
     `behaviour_share=0` or `behaviours=["nesting_bomb","gzip_bomb"]`."""
@@ -1055,17 +1154,28 @@ def web_setting(pair: str) -> tuple[str, Any]:
         return key.strip(), text
 
 
+def spec_from_args(args: argparse.Namespace) -> BenchSpec:
+    """The run's spec from the command line; `--hostile` fills in what it implies and was not given."""
+    web = [web_setting(pair) for pair in args.web]
+    dns_hosts, poison_at = args.dns_hosts, args.poison_at
+    if args.hostile:
+        web = [*hostile_web(), *web]
+        dns_hosts = HOSTILE_DNS_HOSTS if dns_hosts is None else dns_hosts
+        poison_at = HOSTILE_POISON_AT_S if poison_at is None else poison_at
+    return BenchSpec(hosts=args.hosts, seed=args.seed, seconds=args.seconds, warmup_s=args.warmup,
+                     min_pages=args.min_pages, max_pages=args.max_pages, sample_every_s=args.sample_every,
+                     server_bench_s=args.server_bench_seconds, scrapy_concurrency=args.scrapy_concurrency,
+                     out=args.out.resolve(), overrides=tuple(args.overrides), crawlers=tuple(args.crawler or (OURS, SCRAPY)),
+                     taskmanagers=args.taskmanagers, web=tuple(web), dns_hosts=dns_hosts or 0, poison_at_s=poison_at)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if os.environ.get("CRAWLER_IN_NETNS") != "1":  # re-run ourselves with loopback as the only network
         os.execv(str(ROOT / "scripts" / "in-netns.sh"),
                  [str(ROOT / "scripts" / "in-netns.sh"), sys.executable, "-m", "bench.crawl_bench",
                   *(argv if argv is not None else sys.argv[1:])])
-    spec = BenchSpec(hosts=args.hosts, seed=args.seed, seconds=args.seconds, warmup_s=args.warmup,
-                     min_pages=args.min_pages, max_pages=args.max_pages, sample_every_s=args.sample_every,
-                     server_bench_s=args.server_bench_seconds, scrapy_concurrency=args.scrapy_concurrency,
-                     out=args.out.resolve(), overrides=tuple(args.overrides), crawlers=tuple(args.crawler or (OURS, SCRAPY)),
-                     taskmanagers=args.taskmanagers, web=tuple(web_setting(pair) for pair in args.web))
+    spec = spec_from_args(args)
     command = "python -m bench.crawl_bench " + " ".join(argv if argv is not None else sys.argv[1:])
     result = run(spec, command, progress=lambda line: print(line, flush=True))
     plot_dir, link_base = (IMG_DIR, ROOT) if args.write else (spec.out, spec.out)
@@ -1101,6 +1211,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="our configuration overrides (also used to derive Scrapy's settings)")
     p.add_argument("--web-set", dest="web", action="append", default=[], metavar="KEY=VALUE",
                    help="a field of the synthetic web's WebPolicy (synthweb/model.py), value as JSON")
+    p.add_argument("--hostile", action="store_true",
+                   help=f"the hostile web: every behaviour, rule-heavy robots.txt, --dns-hosts {HOSTILE_DNS_HOSTS}, "
+                        f"--poison-at {HOSTILE_POISON_AT_S:g} (each can still be set)")
+    p.add_argument("--dns-hosts", type=int,
+                   help="hosts left out of the host map, answered by a DNS stub at once, late or never (ours only)")
+    p.add_argument("--poison-at", type=float, default=d.poison_at_s,
+                   help="seconds after the seeds when poison records go to the job's input topics (ours only)")
     p.add_argument("--taskmanagers", type=int, default=d.taskmanagers,
                    help="Flink TaskManagers of our stack (use with --set job.parallelism=N)")
     p.add_argument("--out", type=Path, default=d.out)

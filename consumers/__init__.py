@@ -1,4 +1,4 @@
-"""Consumers of the crawl's output that run outside the Flink job (issue #9).
+"""Consumers of the crawl's output that run outside the Flink job.
 
 - `consumers.corpus`: pages.parsed + takedowns on crawl.control → filtered, near-deduplicated Parquet
   files (a training corpus); `consumers.corpus_takedowns` removes taken-down rows from written files.

@@ -1,4 +1,4 @@
-"""The training-data consumer: pages.parsed → filtered, near-deduplicated Parquet (issue #9).
+"""The training-data consumer: pages.parsed → filtered, near-deduplicated Parquet.
 
 For each page, in order: contract check (consumers.pages; a record that fails it goes to
 `OUT/_deadletter.jsonl` with the reason, decision 3740), takedowns (read from crawl.control, kept as
@@ -108,7 +108,7 @@ class Drop:
 
 
 def screen(page: dict[str, Any], policy: CorpusPolicy) -> Drop | None:
-    """The opt-out, language and length filters for one checked page (issue #9); None keeps it."""
+    """The opt-out, language and length filters for one checked page; None keeps it."""
     optout = page.get("optout")
     if optout is not None and optout["reserved"]:
         return Drop("optout", optout["reason"] or "reserved")
@@ -251,7 +251,7 @@ class CorpusWriter:
         self._flush(pending)
 
     def take_down(self, command: Takedown) -> Removal:
-        """Apply one takedown (issue #9): remembered (so later pages it matches are dropped as
+        """Apply one takedown: remembered (so later pages it matches are dropped as
         `taken_down`), its rows removed from the Parquet files written, their signatures forgotten,
         and the action recorded in the audit log (decision 1920). Idempotent."""
         self._store.add_takedown(command)

@@ -1,4 +1,4 @@
-"""Takedowns applied to a Parquet corpus already written (issue #9: "deletes ... what was stored").
+"""Takedowns applied to a Parquet corpus already written ("deletes ... what was stored").
 
 Parquet files cannot be edited in place, so every part file holding a row the takedown matches (its
 `url` or `final_url`, udfs.control.Takedown.matches) is rewritten without those rows: the new file is

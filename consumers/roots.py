@@ -1,4 +1,4 @@
-"""Stored files under one root, on local disk or in S3, for the governance commands (issue #9).
+"""Stored files under one root, on local disk or in S3, for the governance commands.
 
 `open_root("out/warc", policy)` or `open_root("s3://bucket/prefix", policy)` gives the same small
 interface: list names under a folder, read, write whole and delete. Names are relative to the root

@@ -1,4 +1,4 @@
-"""The search consumer: a SQLite FTS5 full-text index of pages.parsed, kept up to date (issue #9).
+"""The search consumer: a SQLite FTS5 full-text index of pages.parsed, kept up to date.
 
 One row per page (`url_fp`): a recrawl replaces the row (unless the record is older than the one
 indexed, as on a replay), a takedown on crawl.control deletes the rows it matches and is kept as a

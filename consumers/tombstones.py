@@ -1,4 +1,4 @@
-"""WARC tombstones: which archived captures a takedown covers (issue #9, "deletes or tombstones").
+"""WARC tombstones: which archived captures a takedown covers ("deletes or tombstones").
 
 WARC files are append-only and cannot be edited in place, so a takedown is applied to the archive as
 a list: `tombstones.jsonl` at the WARC root, one line per taken-down capture, found through the CDXJ
@@ -96,7 +96,7 @@ def read_tombstones(text: str) -> list[Tombstone]:
 def find_tombstones(indexes: Iterable[tuple[str, str]], takedowns: list[Takedown], known: set[tuple[str, int]],
                     now: float) -> list[Tombstone]:
     """New tombstones for the captures in `indexes` ((cdxj name, text) pairs) that a takedown covers and
-    that are not `known` already (issue #9). The first takedown in the given order names a capture."""
+    that are not `known` already. The first takedown in the given order names a capture."""
     stamp = datetime.fromtimestamp(now, timezone.utc).isoformat(timespec="seconds")
     found: list[Tombstone] = []
     seen = set(known)

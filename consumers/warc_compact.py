@@ -1,4 +1,4 @@
-"""WARC compaction: rewrite a local WARC file without its tombstoned captures (issue #9, decision 1922).
+"""WARC compaction: rewrite a local WARC file without its tombstoned captures (decision 1922).
 
 Every record whose WARC-Target-URI is a tombstoned URL of that file goes: the response or revisit the
 tombstone names and the request and metadata records of the same URL (a takedown covers the URL, so

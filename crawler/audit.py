@@ -1,4 +1,4 @@
-"""The governance audit log: one JSON line per takedown accepted and per action taken on it (issue #9).
+"""The governance audit log: one JSON line per takedown accepted and per action taken on it.
 
 Who writes: `crawler takedown` and `POST /v1/takedowns` (event `takedown.accepted`, crawler/control.py),
 the search consumer (`index.removed`), the corpus consumer (`corpus.removed`), `crawler takedown-apply`

@@ -1,5 +1,5 @@
-"""Operator control without a deploy (issue #7): `crawler seed | host | host-status | pause | resume |
-takedown | api`. Accepted takedowns are recorded in the audit log (issue #9, crawler/audit.py).
+"""Operator control without a deploy: `crawler seed | host | host-status | pause | resume |
+takedown | api`. Accepted takedowns are recorded in the audit log (crawler/audit.py).
 
 Every command is validated by the contract in udfs/control.py before anything is written; a good one
 goes to Kafka (`crawl.control`, or `crawl.frontier` for seeds) through crawler/kafka_io.py, a bad one is
@@ -767,7 +767,7 @@ def arguments_json(args: argparse.Namespace) -> str:
 
 def _cmd_command(args: argparse.Namespace) -> int:
     writer = ControlWriter(args.bootstrap, "cli")
-    # A takedown is audited (issue #9); a bad --actor is refused before anything is written.
+    # A takedown is audited; a bad --actor is refused before anything is written.
     audit = audit_from_args(args) if args.command == "takedown" else None
     try:
         command = command_from_args(args, writer.stamp())

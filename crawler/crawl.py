@@ -111,13 +111,19 @@ def records_since(bootstrap: str, topic: str, since_ms: int, timeout_s: float = 
     return kafka_io.consume(bootstrap, topic, since_ms=since_ms, timeout_s=timeout_s)
 
 
+def _status_text(status: Any) -> str:
+    """A completion's fetch status as a summary key: the text it is, or "malformed"."""
+    return status if isinstance(status, str) else "malformed"
+
+
 def summarize(pages: list[dict[str, Any]], outcomes: list[dict[str, Any]], elapsed_s: float,
               job_metrics: dict[str, float]) -> dict[str, Any]:
     """The counters of `summary.json`, from what the run published (pages.parsed, crawl.outcomes)."""
     completions = [e for e in outcomes if e.get("type") == "completion"]
     robots = [e for e in outcomes if e.get("type") == "robots"]
     by_status = collections.Counter(str(e.get("http_status") or e.get("fetch_status")) for e in completions)
-    by_fetch_status = collections.Counter(e.get("fetch_status") for e in completions)
+    # A completion written by someone else may carry anything; its status is counted, not trusted.
+    by_fetch_status = collections.Counter(_status_text(e.get("fetch_status")) for e in completions)
     hashes = collections.Counter(p.get("content_hash") for p in pages)
     return {
         "elapsed_s": round(elapsed_s, 1),
@@ -129,7 +135,7 @@ def summarize(pages: list[dict[str, Any]], outcomes: list[dict[str, Any]], elaps
         "denied_by_robots": int(job_metrics.get("dropped_robots_disallowed", 0)),
         "duplicates": sum(n - 1 for n in hashes.values() if n > 1),
         "near_duplicates": sum(1 for p in pages if p.get("near_duplicate_of")),
-        "bytes": sum(int(e.get("bytes") or 0) for e in completions),
+        "bytes": sum(e["bytes"] for e in completions if type(e.get("bytes")) is int),
         "pages_per_s": round(len(completions) / elapsed_s, 2) if elapsed_s > 0 else 0.0,
         "job_metrics": job_metrics,
     }

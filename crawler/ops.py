@@ -1,4 +1,4 @@
-"""`crawler upgrade`, `crawler rescale` and `crawler restore`: start the crawl job from its state (issue #7).
+"""`crawler upgrade`, `crawler rescale` and `crawler restore`: start the crawl job from its state.
 
 Both stop the running crawl job with a savepoint (`flink stop`: sources stop, state is written, the
 job ends) and submit `jobs/crawl.py` as it is now from that savepoint, with the arguments the old job

@@ -1,4 +1,4 @@
-"""`crawler retention [--dry-run]`: delete stored data older than the `[retention]` limits (issue #9).
+"""`crawler retention [--dry-run]`: delete stored data older than the `[retention]` limits.
 
 WARC files with their CDXJ indexes (`crawl/{date}/...` under the WARC root, `job.warc_root` unless
 `--warc-root` says otherwise) and corpus partitions (`crawl_date={date}/...` under each `--corpus`),

@@ -1,4 +1,4 @@
-"""CPU time as operator metrics: which stage of the job uses the machine (issue #8, decision 1829).
+"""CPU time as operator metrics: which stage of the job uses the machine (decision 1829).
 
 Flink's busy time says how long a task was not idle, not what it cost: a task waiting on its Python
 worker is busy. These metrics are CPU seconds, read where they are spent:

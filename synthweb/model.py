@@ -102,7 +102,7 @@ class WebPolicy:
     crawl_delays: tuple[float, ...] = (0.5, 1.0, 2.0)
     robots_mix: tuple[tuple[RobotsVariant, float], ...] = DEFAULT_ROBOTS_MIX
     behaviour_share: float = 0.15            # hosts with at least one hostile behaviour
-    # TDM opt-outs (issue #9), off by default; hosts are picked by a hash of seed and name, not the
+    # TDM opt-outs, off by default; hosts are picked by a hash of seed and name, not the
     # generator's random stream, so turning them on leaves the rest of the web unchanged
     gptbot_disallow_share: float = 0.0       # hosts whose rules robots.txt also disallows GPTBot everything
     noai_share: float = 0.0                  # hosts whose HTML pages send `X-Robots-Tag: noai`

@@ -1,4 +1,4 @@
-"""Per-host and per-registrable-domain crawl budgets tied to importance (issue #4 "Budgets and traps"; decision 1800).
+"""Per-host and per-registrable-domain crawl budgets tied to importance (decision 1800).
 
 Two budgets, each a token bucket (docs/architecture.md §2 invariant 6: "per-host budgets"):
 - pages per day: one token per page released for fetching, refilled continuously at the daily
@@ -152,7 +152,7 @@ class ImportanceSignals:
 
 
 def importance(signals: ImportanceSignals, policy: BudgetPolicy = DEFAULT_BUDGET_POLICY) -> float:
-    """The host's importance multiplier, in [importance_min, importance_max] (issue #4 "budgets tied to importance").
+    """The host's importance multiplier, in [importance_min, importance_max].
 
     log2 importance = inlink_weight·log2(1 + inlink_hosts) + seed_bonus·seed + sitemap_bonus·sitemap
     − depth_penalty·min(min_depth, depth_cap) − deep_penalty·deep_share + quality_weight·log2(unique_ratio),
@@ -304,7 +304,7 @@ def _derived(row: BudgetRow, **changes: float) -> BudgetRow:
 
 def admit_budget(row: BudgetRow, now: float, importance_value: float,
                  policy: BudgetPolicy = DEFAULT_BUDGET_POLICY) -> tuple[bool, BudgetRow]:
-    """Spend one page of the day budget, if there is one (issue #4: pages per day; decision 1800).
+    """Spend one page of the day budget, if there is one (pages per day; decision 1800).
 
     Returns (allowed, new_row): the row is refilled to `now` either way and loses one page token
     only when allowed. Called when the frontier is about to release a page for fetching.
@@ -315,7 +315,7 @@ def admit_budget(row: BudgetRow, now: float, importance_value: float,
 
 def admit_round(row: BudgetRow, now: float, importance_value: float,
                 policy: BudgetPolicy = DEFAULT_BUDGET_POLICY) -> tuple[bool, BudgetRow]:
-    """Spend one URL of the round budget, if there is one (issue #4: URLs admitted per round; decision 1800).
+    """Spend one URL of the round budget, if there is one (URLs admitted per round; decision 1800).
 
     Returns (allowed, new_row) like `admit_budget`. Called when a discovered URL is about to be queued.
     """

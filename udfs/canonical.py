@@ -1,4 +1,4 @@
-"""How much a page's rel=canonical is worth (issue #5; decision 1804).
+"""How much a page's rel=canonical is worth (decision 1804).
 
 RFC 6596 makes `rel=canonical` a hint the publisher gives, and sites get it wrong often enough that a
 crawler must not take it as a fact: every page of some sites names the home page, others name a URL

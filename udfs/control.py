@@ -1,7 +1,7 @@
 """The operator control contract: commands on `crawl.control` and operator seeds on `crawl.frontier`.
 
-Spec: docs/architecture.md §3 (`crawl.control`: validated, rejects reported on a status topic), issue #7
-(operator control without a deploy), decisions 1400-1405.
+Spec: docs/architecture.md §3 (`crawl.control`: validated, rejects reported on a status topic),
+decisions 1400-1405.
 
 A command is one JSON record (udfs.records.encode) with `v`, `type`, `id` (a uuid4 hex chosen by the
 writer) and `issued_at` (epoch seconds), keyed by the host for host-scoped commands and "*" otherwise:
@@ -221,7 +221,7 @@ ControlCommand = HostControl | Pause | Resume | Takedown
 
 def host_control(host: str, rate_limit_rps: float | None = None, blocked: bool | None = None, *,
                  id: str, issued_at: float) -> HostControl:
-    """A validated HostControl for `host` (a host[:port] or any URL of the host; issue #7 PUT /v1/hosts).
+    """A validated HostControl for `host` (a host[:port] or any URL of the host; PUT /v1/hosts).
 
     Raises ContractError naming the field: a host normalize_host rejects, a rate outside (0, 100],
     a non-boolean `blocked`, or neither setting given.
@@ -233,12 +233,12 @@ def host_control(host: str, rate_limit_rps: float | None = None, blocked: bool |
 
 
 def pause(*, id: str, issued_at: float) -> Pause:
-    """A validated Pause (issue #7 POST /v1/pause)."""
+    """A validated Pause (POST /v1/pause)."""
     return Pause(id, issued_at)
 
 
 def resume(*, id: str, issued_at: float) -> Resume:
-    """A validated Resume (issue #7 POST /v1/resume)."""
+    """A validated Resume (POST /v1/resume)."""
     return Resume(id, issued_at)
 
 
@@ -505,7 +505,7 @@ def fold_host_views(commands: Iterable[ControlCommand]) -> dict[str, HostView]:
 
 @dataclass(frozen=True)
 class InvalidSeed:
-    """One seed line that is not a fetchable URL, with why (issue #7: reported per URL)."""
+    """One seed line that is not a fetchable URL, with why (reported per URL)."""
 
     index: int      # position in the input
     url: str        # the line as given (stripped)
@@ -524,7 +524,7 @@ class SeedsRejected(ContractError):
 
 def check_seeds(urls: Iterable[Any]) -> tuple[list[str], list[InvalidSeed]]:
     """Seed lines → their normalised URLs (input order, duplicates removed) and the invalid ones with
-    their reasons (issue #7 `crawler seed`, POST /v1/seeds). Never raises."""
+    their reasons (`crawler seed`, POST /v1/seeds). Never raises."""
     valid: dict[str, None] = {}
     invalid: list[InvalidSeed] = []
     for index, line in enumerate(urls):
@@ -577,7 +577,7 @@ MAX_REJECT_RAW = 1000           # characters of a rejected request kept on crawl
 
 
 def rejected_command(reason: str, raw: str, *, source: str, request: str) -> dict[str, Any]:
-    """The `crawl.status` record of a command refused by the API or the CLI (issue #7, decision 1405).
+    """The `crawl.status` record of a command refused by the API or the CLI (decision 1405).
 
     reason: the error shown to the operator. raw: the request body or arguments as given, clipped to
     MAX_REJECT_RAW characters. source: "api" or "cli". request: what was asked ("PUT /v1/hosts/x",

@@ -1,6 +1,6 @@
 """Content dedup decisions: exact duplicates by payload SHA-256, near-duplicates by banded SimHash.
 
-Pure logic behind `operators/dedup.py` (docs/architecture.md §1 "content dedupe", issue #5):
+Pure logic behind `operators/dedup.py` (docs/architecture.md §1 "content dedupe"):
 - Exact: the first capture of a payload owns it. Its owner row (a plain JSON text with a schema
   version, never a pickled class) names the owner's URL, WARC-Date, WARC payload digest and response
   record id, so later captures of the same payload are written as `revisit` records that refer to it

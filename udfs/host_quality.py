@@ -1,8 +1,8 @@
-"""The share of new unique content a host produces, and the priority demotion it implies (issue #4; decision 1801).
+"""The share of new unique content a host produces, and the priority demotion it implies (decision 1801).
 
 Every completed page of a host is one observation: 1 when its content is new, 0 when the dedup
 stage marked it an exact duplicate (`duplicate_of`) or a near-duplicate (`near_duplicate_of`) of a
-page already kept (issue #5). The host's ratio is an exponentially decayed mean of those
+page already kept. The host's ratio is an exponentially decayed mean of those
 observations, started from a prior of "all unique" so a host is not judged on its first pages.
 The ratio sets a priority offset 0..3 for the host's newly discovered URLs; a level is entered
 when the ratio falls below its threshold and left only when it climbs `hysteresis` above it, so a
@@ -125,9 +125,9 @@ _SEEN_CAP = 2 ** 31
 
 def observe(row: HostQuality, duplicate: bool, near_duplicate: bool,
             policy: QualityPolicy = DEFAULT_QUALITY_POLICY) -> HostQuality:
-    """The row after one completed page (issue #4: ratio of new unique content per host; decision 1801).
+    """The row after one completed page (ratio of new unique content per host; decision 1801).
 
-    duplicate / near_duplicate: the completion's `duplicate_of` / `near_duplicate_of` are set (issue #5).
+    duplicate / near_duplicate: the completion's `duplicate_of` / `near_duplicate_of` are set.
     An exact duplicate counts 0, a near-duplicate `near_duplicate_credit`, anything else 1. The new
     observation weighs 1 / min(prior_weight + seen + 1, memory): a plain mean while few are seen,
     then an exponential decay with that memory. The offset is updated with hysteresis (`_level`).

@@ -272,7 +272,7 @@ def extract(
     meta / X-Robots-Tag directives, and the WHATWG encoding sniffing order (see `udfs.text`). Links
     are unique per page (first anchor text kept; nofollow only if every occurrence is nofollow),
     capped at `policy.max_links`. `meta_names` (lower case) picks the `<meta name content>` pairs
-    kept in `Extraction.meta` for the opt-out decision (issue #9, decision 1202). A non-HTML body
+    kept in `Extraction.meta` for the opt-out decision (decision 1202). A non-HTML body
     gives an extraction with only the header-borne fields (X-Robots-Tag, Link canonical, Refresh).
     Never raises.
     """

@@ -1,6 +1,6 @@
 """Corpus-level near-duplicate detection: MinHash signatures over word shingles, and LSH banding.
 
-Pure: values in, values out (issue #9, "corpus-level near-duplicate removal"). The method is the
+Pure: values in, values out ("corpus-level near-duplicate removal"). The method is the
 textbook one (Broder 1997; Leskovec, Rajaraman & Ullman, *Mining of Massive Datasets*, ch. 3):
 
 - a text becomes the *set* of its word k-grams (`shingles`): lower-cased Unicode word runs, joined

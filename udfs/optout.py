@@ -1,6 +1,6 @@
 """Whether a page's site reserves text-and-data mining (TDM), and why.
 
-Pure: every input is a plain value the crawl already has (issue #9, "opt-out filter"): response
+Pure: every input is a plain value the crawl already has ("opt-out filter"): response
 headers, the page's `<meta name=... content=...>` pairs, the host's robots.txt body (or the AI agents
 the frontier found it disallows for the URL: `ai_disallowed`) and its `/.well-known/tdmrep.json` body
 (or the value of its rule for the URL, which the frontier puts on the fetch request: decision 1930).
@@ -141,7 +141,7 @@ def decide(url: str, *, headers: Headers = (), meta: Headers | None = None,
            robots_body: bytes | None = None, tdmrep_body: bytes | None = None,
            robots_disallowed: Iterable[str] = (), tdmrep_file_value: int | None = None,
            policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> OptOut:
-    """Whether the site of `url` reserves TDM for it, with every reason (issue #9; TDMRep; RFC 9309).
+    """Whether the site of `url` reserves TDM for it, with every reason (TDMRep; RFC 9309).
 
     `headers` are the response headers as received (pairs or a mapping); `meta` the page's
     `<meta name>` / `content` pairs (a mapping or pairs, names in any case); `robots_body` /

@@ -34,8 +34,8 @@ class PageFacts(TypedDict):
     noindex: bool
     nofollow: bool
     error: str | None
-    # {"reserved": bool, "reason": str}: whether the site reserves text-and-data mining (issue #9,
-    # decision 1203); pages.parsed carries it as `optout`
+    # {"reserved": bool, "reason": str}: whether the site reserves text-and-data mining (decision
+    # 1203); pages.parsed carries it as `optout`
     optout: NotRequired[dict[str, Any]]
     # True: the host's "not found" page served as a 200 (decision 1844): archived, not published,
     # its links not followed
@@ -106,7 +106,7 @@ def payload_digest(bundle: ParsedBundle, algorithm: str) -> str:
 def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
                  optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, soft404: Soft404Policy | None = None,
                  sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> ParsedBundle:
-    """Hash, SimHash, extract and judge the TDM opt-out of one page result (§1 parse; issue #9, decisions
+    """Hash, SimHash, extract and judge the TDM opt-out of one page result (§1 parse; decisions
     1202-1203); with a `soft404` policy, compare it with its host's probe answer when the request
     carries one (decision 1844). Never raises (extract reports errors as data, decide counts bad input
     as no signal, a malformed probe row checks nothing). A sitemap lease's answer is no page: it is

@@ -141,7 +141,7 @@ class Completion(TypedDict):
     # The full capture a later revisit refers to (udfs.warc.RevisitTarget fields: record_id, target_uri,
     # date, payload_digest): this fetch's response record, or the one its revisit referred to.
     capture: NotRequired[dict[str, str | None] | None]
-    # Dedup's verdict on the page (issue #5), for the host's unique-content ratio (udfs.host_quality).
+    # Dedup's verdict on the page, for the host's unique-content ratio (udfs.host_quality).
     duplicate: NotRequired[bool]        # an exact duplicate of another URL's payload
     near_duplicate: NotRequired[bool]   # within the SimHash distance of a page already seen
     soft_404: NotRequired[bool]         # the host's "not found" page served as a 200 (decision 1844)
@@ -249,10 +249,10 @@ class FetchRequest(TypedDict):
     # Recrawls: the previous capture (Completion.capture); a 304 is archived as a revisit of it.
     revisit_of: NotRequired[dict[str, str | None] | None]
     # Pages only, set only when non-empty: the configured AI agents (OptOutPolicy.ai_agents) the host's
-    # robots.txt disallows for `url`; the parse step turns them into the page's opt-out reasons (issue #9).
+    # robots.txt disallows for `url`; the parse step turns them into the page's opt-out reasons.
     ai_disallowed: NotRequired[list[str]]
     # Pages only, set only when the host's tdmrep.json has a rule matching `url`: its tdm-reservation
-    # (0 or 1); the parse step weighs it as the TDMRep file signal (issue #9, decision 1930).
+    # (0 or 1); the parse step weighs it as the TDMRep file signal (decision 1930).
     tdm_file: NotRequired[int]
     # Pages only, set only when the host's soft-404 probe was answered 200: that answer as a
     # udfs.soft404.ProbeRow row; the parse step marks a page like it as a soft 404 (decision 1844).

@@ -1,4 +1,4 @@
-"""Recrawl scheduling, the pure core (issue #6; decisions 1100-1104).
+"""Recrawl scheduling, the pure core (decisions 1100-1104).
 
 A known page comes due again after an interval that follows how often it changes and what it is worth:
 
@@ -315,7 +315,7 @@ def _read_aggregate(raw: Any) -> tuple[float, float, float]:
 
 def classify(history: UrlHistory, outcome: FetchOutcome,
              policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> Change | None:
-    """What a refetch saw (issue #6 "Conditional GET"): 304 → NOT_MODIFIED; 2xx with the last payload
+    """What a refetch saw: 304 → NOT_MODIFIED; 2xx with the last payload
     hash → SAME_HASH; SimHash within `near_same_bits` → NEAR_SAME; else CHANGED. None when the fetch
     says nothing about change (another status, or nothing stored to compare with). Never raises."""
     status = outcome.http_status
@@ -347,7 +347,7 @@ def short_hash(content_hash: str | None) -> str | None:
 
 def observe(history: UrlHistory, fetched_at: float, outcome: FetchOutcome,
             policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> UrlHistory:
-    """The history after one fetch (issue #6 "Per-URL history"), kept bounded: the observation joins the
+    """The history after one fetch, kept bounded: the observation joins the
     window; the oldest one leaving it is folded into the decayed aggregate. A 304 keeps the stored
     payload hashes and takes any validator it repeats; a 2xx replaces validators and hashes. A fetch
     that is out of order, not finite or not a 2xx/304 leaves the history as it was. Never raises."""
@@ -473,7 +473,7 @@ def estimate_rate(observations: Iterable[tuple[float, bool]]) -> float:
 
 @dataclass(frozen=True)
 class PageValue:
-    """What a page is worth and what it says about itself (issue #6 "Scheduling", decision 1102).
+    """What a page is worth and what it says about itself (decision 1102).
 
     inlinks: distinct pages seen linking here; depth: hops from a seed; hub_yield: new URLs found per
     fetch (recent average); sitemap_priority: 0..1 or None; changefreq: sitemap changefreq or None;
@@ -595,7 +595,7 @@ NO_HOST = HostSignals()
 
 def prior_rate(value: PageValue = NEUTRAL_VALUE, host: HostSignals = NO_HOST,
                policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> float:
-    """A new URL's change rate (issue #6 prior): the geometric mean of what is known among the
+    """A new URL's change rate (prior): the geometric mean of what is known among the
     sitemap changefreq, the page kind and the host's average; the policy default when none is."""
     logs = []
     if isinstance(value.changefreq, str) and value.changefreq.lower() in policy._changefreq:
@@ -718,7 +718,7 @@ def interval_for(rate: float, weight: float = 1.0, policy: RecrawlPolicy = DEFAU
 def next_due(history: UrlHistory, value: PageValue = NEUTRAL_VALUE, now: float = 0.0,
              policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, host: HostSignals = NO_HOST,
              cost: float | None = None) -> float:
-    """When a URL comes due (issue #6 "Scheduling"; decisions 1101, 1103). Epoch seconds.
+    """When a URL comes due (decisions 1101, 1103). Epoch seconds.
 
     Never fetched → `now`. Otherwise last fetch + `interval_for(change_rate, value_weight)`; a stable
     page (`stable_after` unchanged refetches in a row) gets at least min(its last interval ×
@@ -810,7 +810,7 @@ class Lane(str, enum.Enum):
 
 
 def split(recrawl_share: float, rand: float, recrawl_ready: bool = True, discovery_ready: bool = True) -> Lane | None:
-    """Recrawl or discovery for one release (issue #6 "Capacity split"): recrawl with probability
+    """Recrawl or discovery for one release: recrawl with probability
     `recrawl_share`; when only one lane has a URL ready it gets the release (capacity is not left
     idle); None when neither has. Politeness caps apply afterwards, whatever the lane."""
     if not (recrawl_ready or discovery_ready):

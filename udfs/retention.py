@@ -1,4 +1,4 @@
-"""Retention of stored data: the `[retention]` section and the pure age rules (issue #9, decision 1923).
+"""Retention of stored data: the `[retention]` section and the pure age rules (decision 1923).
 
 What is deleted, by its crawl date (the date in its path, not a file time, so the answer is the same on
 disk and in S3 and after a copy):
@@ -70,7 +70,7 @@ def expired(day: date, now: float, max_age_days: int) -> bool:
 
 def expired_names(names: list[str], kind: str, now: float, policy: RetentionPolicy) -> list[str]:
     """The names (under a WARC root for kind "warc", a corpus folder for "corpus") that retention deletes
-    (issue #9, decision 1923)."""
+    (decision 1923)."""
     if kind == "warc":
         parse, limit = warc_date, policy.warc_max_age_days
     elif kind == "corpus":
@@ -82,7 +82,7 @@ def expired_names(names: list[str], kind: str, now: float, policy: RetentionPoli
 
 def lifecycle_configuration(policy: RetentionPolicy, warc_prefix: str = "",
                             corpus_prefix: str = "corpus/") -> dict[str, Any]:
-    """An S3 `PutBucketLifecycleConfiguration` document equivalent to `policy` (issue #9, decision 1923).
+    """An S3 `PutBucketLifecycleConfiguration` document equivalent to `policy` (decision 1923).
 
     S3 counts days from an object's creation, not from the crawl date in its key, and rounds to the
     next midnight UTC, so an object goes at most about a day after `crawler retention` would delete it.

@@ -1,4 +1,4 @@
-"""Soft-404 detection: a host's 200 pages against its answer for a path that cannot exist (issue #5; decision 1802).
+"""Soft-404 detection: a host's 200 pages against its answer for a path that cannot exist (decision 1802).
 
 Once per host the frontier fetches a probe (`probe_url`): a random path shaped like a real page,
 `/<word>-<hex>.html`, fetched politely like any page. Its answer becomes a `ProbeRow`: the status,
@@ -221,7 +221,7 @@ def probe_due(probe: ProbeRow | None, now: float, policy: Soft404Policy = DEFAUL
 
 def is_soft_404(probe: ProbeRow | None, http_status: Any, simhash: Any, length: Any, title: Any = None,
                 policy: Soft404Policy = DEFAULT_SOFT404_POLICY) -> bool:
-    """Whether a page is the host's "not found" page served with 200 (issue #5 soft-404; decision 1802).
+    """Whether a page is the host's "not found" page served with 200 (soft-404; decision 1802).
 
     Only a 200 page of a host whose probe was answered 200 is checked; an honest probe (404/410) or
     an inconclusive one means no. A page is a soft 404 when its length is within `min_length_ratio`

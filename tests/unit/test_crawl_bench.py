@@ -30,6 +30,9 @@ def _req(path: str, started: float, ended: float, aborted: bool = False) -> dict
     ({"scrapy_concurrency": 0}, "scrapy_concurrency"),
     ({"crawlers": ("ours", "heritrix")}, "crawlers"),
     ({"crawlers": ()}, "crawlers"),
+    ({"dns_hosts": -1}, "dns_hosts"),
+    ({"seconds": 60, "poison_at_s": 60}, "poison_at_s"),
+    ({"poison_at_s": -1}, "poison_at_s"),
 ])
 def test_bench_spec_rejects_bad_values_naming_them(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
@@ -475,3 +478,68 @@ def test_vertex_metric_ids_missing_are_listed_again_only_after_the_interval() ->
     now[0] = 100.0
     assert ids.matching("/v1", wanted) == ["0.frontier.thread_cpu_ms"]
     assert listings == [0.0, 20.0]
+
+
+# --- the hostile web -----------------------------------------------------------------------------------
+
+def test_the_dns_stub_answers_hosts_on_addresses_of_their_own_at_once_late_and_never_in_turn() -> None:
+    from synthweb import build_web
+
+    web = build_web(60, 1)
+    zones = cb.dns_zones(web, 7, late_s=9.0)
+    assert len(zones) == 7
+    hosts = {h.name: h for h in web.hosts}
+    assert all(len(web.by_ip[hosts[name].ip]) == 1 and zone.addresses == (hosts[name].ip,)
+               for name, zone in zones.items())
+    assert [z.delay_s for z in zones.values()] == [0.0, 9.0, None, 0.0, 9.0, None, 0.0]
+    assert cb.dns_zones(web, 0, late_s=9.0) == {}
+
+
+def test_the_hostile_web_has_every_behaviour_and_rule_heavy_robots_from_the_rules_share() -> None:
+    from synthweb.model import Behaviour, WebPolicy, policy_from_dict, policy_to_dict
+
+    settings = dict(cb.hostile_web())
+    policy = policy_from_dict({**policy_to_dict(WebPolicy()), **settings})
+    assert set(policy.behaviours) == set(Behaviour)
+    mix, plain = dict(settings["robots_mix"]), dict(policy_to_dict(WebPolicy())["robots_mix"])
+    assert mix["rule_heavy"] == pytest.approx(0.02) and mix["rules"] == pytest.approx(plain["rules"] - 0.02)
+    assert sum(mix.values()) == pytest.approx(sum(plain.values()))
+
+
+def test_hostile_fills_in_dns_hosts_and_poison_unless_given() -> None:
+    base = ["--crawler", "ours", "--seconds", "100"]
+    spec = cb.spec_from_args(cb._parser().parse_args([*base, "--hostile"]))
+    assert (spec.dns_hosts, spec.poison_at_s) == (cb.HOSTILE_DNS_HOSTS, cb.HOSTILE_POISON_AT_S)
+    assert dict(spec.web)["behaviours"] == dict(cb.hostile_web())["behaviours"]
+    spec = cb.spec_from_args(cb._parser().parse_args([*base, "--hostile", "--dns-hosts", "0", "--poison-at", "5",
+                                                      "--web-set", "behaviour_share=0.5"]))
+    assert (spec.dns_hosts, spec.poison_at_s, dict(spec.web)["behaviour_share"]) == (0, 5.0, 0.5)
+    plain = cb.spec_from_args(cb._parser().parse_args(base))
+    assert (plain.dns_hosts, plain.poison_at_s, plain.web) == (0, None, ())
+
+
+def test_hostile_input_figures_count_poison_quoted_by_rejects_and_dns_names_asked() -> None:
+    from synthweb.dns import Query, Zone
+    from synthweb.poison import poison_all
+
+    poison = poison_all("a.test:80")
+    refusable = [p for records in poison.values() for p in records if p.rejected]
+    rejects = [{"raw": f"... {p.marker} ..."} for p in refusable[:5]] + [{"raw": "poison-frontier-17"}]
+    queries = [Query(1.0, "a.test", 1, ("127.0.0.1", 5)), Query(2.0, "a.test", 28, ("127.0.0.1", 5)),
+               Query(3.0, "x.test", 1, ("127.0.0.1", 5))]
+    figures = cb.hostile_input_figures({"a.test": Zone(("127.0.0.9",)), "b.test": Zone()}, queries, poison, rejects)
+    assert figures == {"dns_hosts": 2, "dns_queries": 3, "dns_names_asked": 1,
+                       "poison_written": sum(map(len, poison.values())), "poison_refusable": len(refusable),
+                       "poison_rejected": 5}
+
+
+@pytest.mark.parametrize("value, expected", [(b'{"a": 1}', {"a": 1}), (b"[1, 2]", None), (b"\xff\xfe{", None),
+                                             (b"", None), (None, None), (b"NaN", None)])
+def test_topic_values_read_back_are_json_objects_and_poison_is_left_out(value, expected) -> None:
+    assert cb._json_object(value) == expected
+
+
+def test_a_discovered_batch_with_malformed_url_entries_keeps_only_their_well_formed_fingerprints() -> None:
+    batch = {"type": "discovered", "host": "a.test", "urls": [{"url": "u", "fp": 1}, "http://a.test/", None, {"fp": 2}]}
+    assert cb.slim_frontier_event(batch)["urls"] == [{"fp": 1}, {"fp": 2}]
+    assert cb.slim_frontier_event({"type": "discovered", "urls": {"url": "x"}})["urls"] == []

@@ -46,3 +46,15 @@ def test_summary_counts_fetches_statuses_duplicates_and_rate():
     assert summary["duplicates"] == 1 and summary["denied_by_robots"] == 4
     assert summary["bytes"] == 110 and summary["pages_per_s"] == 1.5
     json.dumps(summary)  # summary.json must serialise
+
+
+def test_a_summary_counts_completions_with_malformed_fields_without_failing():
+    outcomes = [
+        {"type": "completion", "fetch_status": "ok", "http_status": 200, "bytes": 10},
+        {"type": "completion", "fetch_status": float("inf"), "http_status": "200", "bytes": "many"},
+        {"type": "completion", "fetch_status": None, "bytes": 2.5},
+    ]
+    summary = summarize([], outcomes, elapsed_s=1.0, job_metrics={})
+    assert summary["by_fetch_status"] == {"malformed": 2, "ok": 1}
+    assert summary["fetched"] == 3 and summary["bytes"] == 10
+    json.dumps(summary)
