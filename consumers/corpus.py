@@ -253,7 +253,7 @@ class CorpusWriter:
     def take_down(self, command: Takedown) -> Removal:
         """Apply one takedown: remembered (so later pages it matches are dropped as
         `taken_down`), its rows removed from the Parquet files written, their signatures forgotten,
-        and the action recorded in the audit log (decision 1920). Idempotent."""
+        and the action recorded in the audit log. Idempotent."""
         self._store.add_takedown(command)
         self._takedowns.apply(command.to_record())
         removal = remove_taken_down(self.out, command, self._clock())

@@ -66,7 +66,7 @@ class CdxjEntry:
 
 
 def parse_cdxj_line(line: str) -> CdxjEntry | None:
-    """A CDXJ line (`SURT timestamp {json}`, decision 0503) → CdxjEntry; None for a line that is not
+    """A CDXJ line (`SURT timestamp {json}`) → CdxjEntry; None for a line that is not
     one (blank, torn by a crash, missing fields). Never raises."""
     parts = line.strip().split(" ", 2)
     if len(parts) != 3:

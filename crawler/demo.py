@@ -16,9 +16,9 @@ from synthweb.webdata import require_webdata, webdata_dir
 DEMO_ALLOW = ["127.0.0.0/8"]
 DEMO_DENY = ["127.255.0.0/16"]
 # 200 hosts are too few to keep the CPU busy: a host's next page waits for its last one's completion to
-# come back, so the lease's trip sets the rate, and small bundles and buffers shorten it (decision 1835:
-# +62% at 200 hosts, decision 1836), as does Kafka sending and answering at once (the client's own
-# defaults, decision 1841). The defaults are for crawls of many hosts.
+# come back, so the lease's trip sets the rate, and small bundles and buffers shorten it (decisions 1835,
+# 1836), as does Kafka sending and answering at once (the client's own defaults, decision 1841). The
+# defaults are for crawls of many hosts.
 DEMO_SETTINGS = ["politeness.default_delay_s=0.5", "job.bundle_time_ms=20", "job.buffer_timeout_ms=10",
                  "job.kafka_linger_ms=5", "job.kafka_fetch_min_bytes=1"]
 

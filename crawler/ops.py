@@ -250,7 +250,7 @@ def restore_args(cluster: FlinkCluster, job_id: str | None, given: str | None,
 def job_overview(cluster: FlinkCluster, job_id: str) -> dict[str, Any]:
     """The job's entry of `/jobs/overview` (state, task counts by status), {} if absent. Unlike
     `/jobs/<id>`, this handler reads no metrics: polling it never makes TaskManagers evaluate the
-    Python operators' gauges, which crashed a TaskManager while its tasks restarted (decision 1602)."""
+    Python operators' gauges, which can crash a TaskManager while its tasks restart (decision 1603)."""
     jobs = (cluster.rest("/jobs/overview") or {}).get("jobs", [])
     return next((job for job in jobs if job.get("jid") == job_id), {})
 

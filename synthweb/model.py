@@ -54,7 +54,7 @@ class Behaviour(str, enum.Enum):
 
 ALL_BEHAVIOURS: frozenset[Behaviour] = frozenset(Behaviour)
 # Behaviours handed out unless a policy names its own. The parser bombs and the brotli bomb are asked for
-# by name, so the webs of the tests and benchmarks built before them keep the hosts they had.
+# by name, so the webs of the existing tests and benchmarks keep their hosts.
 DEFAULT_BEHAVIOURS: frozenset[Behaviour] = ALL_BEHAVIOURS - {Behaviour.NESTING_BOMB, Behaviour.BROTLI_BOMB}
 # The tags a nesting bomb nests (synthweb/render.py `nesting_bomb`): blocks, lists and inline ones.
 NESTING_BOMB_TAGS = ("div", "section", "ul", "blockquote", "span")
@@ -62,7 +62,7 @@ METADATA_IP = "169.254.169.254"
 
 # Shares close to the real corpus (webdata README: 3.3% HTML error pages, 18% Crawl-delay,
 # 47% wildcards, CC fetch stats); the error variants are raised a little so small webs have some.
-# RULE_HEAVY is asked for by a mix of its own, so the webs built before it keep their hosts.
+# RULE_HEAVY is asked for by a mix of its own, so the webs built with this mix keep their hosts.
 DEFAULT_ROBOTS_MIX: tuple[tuple[RobotsVariant, float], ...] = (
     (RobotsVariant.RULES, 0.36),
     (RobotsVariant.WILDCARD, 0.22),

@@ -10,7 +10,7 @@ Capacities scale with the host's importance (`importance`), a number in
 
 The frontier is keyed by host, so a registrable domain's budget is enforced without cross-key
 state: each host keeps a second row, its *share* of the domain's budget, `1 / hosts_seen` of the
-domain capacity at the host's own importance (decision 1800: the host count arrives in events).
+domain capacity at the host's own importance (the host count arrives in events).
 `admit_all` spends from the host row and the share row together, or from neither.
 
 Rows are plain JSON text with a schema version (docs/architecture.md §3), never pickled classes.
@@ -56,8 +56,7 @@ DAY_S = 86_400.0
 class BudgetPolicy:
     """Budgets per host and per registrable domain (config section `[budgets]`); defaults documented here.
 
-    enabled: the frontier spends each host's budgets (True; decision 1805 wires the host budgets into
-        the job).
+    enabled: the frontier spends each host's budgets (True; decision 1805).
     domain_shares: each host also spends its share of its registrable domain's budget, the count of
         the domain's hosts coming from the job's domain census (True; decision 1811).
     census_retry_s: a host that asked the census and heard nothing asks again after this long (600 s).
@@ -133,7 +132,7 @@ DEFAULT_BUDGET_POLICY = BudgetPolicy()
 
 @dataclass(frozen=True)
 class ImportanceSignals:
-    """What the frontier cheaply knows about a host (decision 1800).
+    """What the frontier cheaply knows about a host.
 
     inlink_hosts: distinct other hosts seen linking to this host (a bounded count is fine).
     is_seed: a seed URL of this host was submitted.
@@ -185,7 +184,7 @@ class Scope(str, enum.Enum):
 
 @dataclass(frozen=True)
 class BudgetRow:
-    """One budget's state (decision 1800): two token buckets and, for a domain share, the share.
+    """One budget's state: two token buckets and, for a domain share, the share.
 
     scope: HOST or DOMAIN. share: the fraction of the domain budget this row holds (1.0 for a host
     row, 1 / hosts seen for a host's domain share). page_tokens / url_tokens: tokens left, None for a
@@ -241,7 +240,7 @@ class BudgetRow:
 
 
 def share_for(hosts_seen: int) -> float:
-    """A host's share of its registrable domain's budget when the domain has `hosts_seen` hosts (decision 1800).
+    """A host's share of its registrable domain's budget when the domain has `hosts_seen` hosts.
 
     Equal shares: 1 / hosts_seen, so the domain's hosts together never exceed its capacity. A count
     below 1 (unknown, malformed) reads as 1.
@@ -251,7 +250,7 @@ def share_for(hosts_seen: int) -> float:
 
 
 def should_announce(hosts_seen: int) -> bool:
-    """Whether the domain census tells all the domain's hosts the new count `hosts_seen` (decision 1800).
+    """Whether the domain census tells all the domain's hosts the new count `hosts_seen`.
 
     At each doubling (1, 2, 4, 8, ...): announcements cost O(n) events over a domain's life and a
     host's count is never more than 2x stale. A new host is always told the current count.
@@ -272,7 +271,7 @@ def capacities(row: BudgetRow, importance_value: float,
 
 def refill(row: BudgetRow, now: float, importance_value: float,
            policy: BudgetPolicy = DEFAULT_BUDGET_POLICY) -> BudgetRow:
-    """The row with its buckets refilled up to `now` (the daily refill, spread over the day; decision 1800).
+    """The row with its buckets refilled up to `now` (the daily refill, spread over the day).
 
     Pages refill at capacity per day and URLs at capacity per round, continuously; a bucket holds at
     most its capacity, or one token when the capacity is below one (so a small share still gets a
@@ -298,13 +297,13 @@ def refill(row: BudgetRow, now: float, importance_value: float,
 def _derived(row: BudgetRow, **changes: float) -> BudgetRow:
     """A copy of a valid row with token counts and a time computed from it (finite, tokens >= 0), without
     `__post_init__`'s checks: admission refills and spends a row per discovered URL, and those checks
-    were a fifth of its cost (measured in bench/bench_frontier.py). Rows from outside go through them."""
+    would be a fifth of its cost (bench/bench_frontier.py). Rows from outside go through them."""
     return copied(row, changes)
 
 
 def admit_budget(row: BudgetRow, now: float, importance_value: float,
                  policy: BudgetPolicy = DEFAULT_BUDGET_POLICY) -> tuple[bool, BudgetRow]:
-    """Spend one page of the day budget, if there is one (pages per day; decision 1800).
+    """Spend one page of the day budget, if there is one (pages per day).
 
     Returns (allowed, new_row): the row is refilled to `now` either way and loses one page token
     only when allowed. Called when the frontier is about to release a page for fetching.
@@ -315,7 +314,7 @@ def admit_budget(row: BudgetRow, now: float, importance_value: float,
 
 def admit_round(row: BudgetRow, now: float, importance_value: float,
                 policy: BudgetPolicy = DEFAULT_BUDGET_POLICY) -> tuple[bool, BudgetRow]:
-    """Spend one URL of the round budget, if there is one (URLs admitted per round; decision 1800).
+    """Spend one URL of the round budget, if there is one (URLs admitted per round).
 
     Returns (allowed, new_row) like `admit_budget`. Called when a discovered URL is about to be queued.
     """
@@ -357,7 +356,7 @@ class BudgetVerdict:
 
 def admit_all(host: BudgetRow, domain: BudgetRow, now: float, importance_value: float, spend: str,
               policy: BudgetPolicy = DEFAULT_BUDGET_POLICY) -> BudgetVerdict:
-    """Spend from the host row and the host's domain share together, or from neither (decision 1800).
+    """Spend from the host row and the host's domain share together, or from neither.
 
     spend: "page" (the day budget, at release) or "url" (the round budget, at admission).
     The host row is checked first, so `denied` names the host budget when both are spent.

@@ -70,7 +70,7 @@ def judge_canonical(page_url: str, canonical: str | None, duplicate_of: str | No
 
 def revision(page_url: str, canonical: str, reason: str) -> tuple[str, CanonicalRevised]:
     """The crawl.status record that revises the `hint` verdict of the page `page_url` to `ignored`: its
-    canonical was found broken for `reason` (decision 1820); keyed like the page's pages.parsed record
+    canonical was found broken for `reason`; keyed like the page's pages.parsed record
     (its url_fp as decimal text)."""
     return str(url_fp(page_url)), CanonicalRevised(v=SCHEMA_VERSION, type="canonical_revised", url=page_url,
                                                    canonical=canonical, trust=IGNORED, reason=reason)

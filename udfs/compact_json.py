@@ -1,7 +1,7 @@
 """Compact JSON for state rows and topic values: orjson on the hot path, the standard library otherwise.
 
 Every discovered URL costs the frontier a few row writes and reads, and every batch of links a topic
-record each way; the standard library's encoder and decoder were about a tenth of the frontier's
+record each way; the standard library's encoder and decoder would take about a tenth of the frontier's
 time (bench/bench_frontier.py, decision 1826). orjson (already installed under PyFlink, with
 apache-beam) writes the same JSON in a tenth of the time. Where the two differ, the standard library
 decides, so what a row or record says never depends on which one ran:

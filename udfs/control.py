@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 ALL_KEY = "*"                   # the Kafka key of commands that are not about one host
-MAX_RATE_LIMIT_RPS = 100.0      # a host limit above this is no limit an operator would mean (decision 1401)
+MAX_RATE_LIMIT_RPS = 100.0      # a host limit above this is no limit an operator would mean
 MAX_PATTERN_LENGTH = 512        # takedown globs: long enough for a path prefix, short enough to read
 MAX_PATTERN_STARS = 16          # fnmatch compiles each `*` to a lazy group; bound the work per URL
 MAX_TAKEDOWN_PATTERNS = 1000    # default of control.max_takedown_patterns: patterns the job keeps in force
@@ -95,7 +95,7 @@ _SCOPES: tuple[str, ...] = ("url", "host", "pattern")
 
 @dataclass(frozen=True)
 class HostControl:
-    """Set a host's rate limit and/or block flag; None leaves that setting as it is (decision 1401).
+    """Set a host's rate limit and/or block flag; None leaves that setting as it is.
 
     host: the slot key (udfs.urls.host_key) of the host. rate_limit_rps: requests per second, in
     (0, 100]; never faster than robots.txt's crawl-delay allows (the frontier takes the slower).
@@ -119,7 +119,7 @@ class HostControl:
             raise ContractError("host command changes nothing: give rate_limit_rps and/or blocked")
 
     def to_record(self) -> dict[str, Any]:
-        """The `crawl.control` record (decision 1400)."""
+        """The `crawl.control` record."""
         return {**_common("host", self.id, self.issued_at), "host": self.host,
                 "rate_limit_rps": self.rate_limit_rps, "blocked": self.blocked}
 
@@ -139,7 +139,7 @@ class Pause:
         _check_common(self.id, self.issued_at)
 
     def to_record(self) -> dict[str, Any]:
-        """The `crawl.control` record (decision 1400)."""
+        """The `crawl.control` record."""
         return _common("pause", self.id, self.issued_at)
 
     def key(self) -> str:
@@ -158,7 +158,7 @@ class Resume:
         _check_common(self.id, self.issued_at)
 
     def to_record(self) -> dict[str, Any]:
-        """The `crawl.control` record (decision 1400)."""
+        """The `crawl.control` record."""
         return _common("resume", self.id, self.issued_at)
 
     def key(self) -> str:
@@ -191,7 +191,7 @@ class Takedown:
                                 "(use takedown)")
 
     def to_record(self) -> dict[str, Any]:
-        """The `crawl.control` record (decision 1400)."""
+        """The `crawl.control` record."""
         return {**_common("takedown", self.id, self.issued_at), "scope": self.scope, "value": self.value}
 
     def key(self) -> str:
@@ -201,7 +201,7 @@ class Takedown:
         return self.value if self.scope == "host" else ALL_KEY
 
     def matches(self, url: str) -> bool:
-        """Whether the normalised `url` is taken down by this command (decision 1402). Never raises."""
+        """Whether the normalised `url` is taken down by this command. Never raises."""
         if self.scope == "url":
             return url == self.value
         if self.scope == "host":
@@ -243,7 +243,7 @@ def resume(*, id: str, issued_at: float) -> Resume:
 
 
 def takedown(scope: str, value: str, *, id: str, issued_at: float) -> Takedown:
-    """A validated Takedown with `value` normalised for its scope (decision 1402; POST /v1/takedowns).
+    """A validated Takedown with `value` normalised for its scope (POST /v1/takedowns).
 
     Raises ContractError: unknown scope, a URL normalize_url rejects, a host normalize_host rejects,
     or a pattern check_takedown_pattern refuses. How many patterns are in force is the job's to judge
@@ -257,7 +257,7 @@ def takedown(scope: str, value: str, *, id: str, issued_at: float) -> Takedown:
 def normalize_host(host: str) -> str:
     """The host key (udfs.urls.host_key) of a bare `host[:port]` or of an absolute http(s) URL.
 
-    Decision 1401: a bare host is read as `http://{host}/`, so a default port 80 is dropped and any
+    A bare host is read as `http://{host}/`, so a default port 80 is dropped and any
     other port kept. Raises ContractError for anything normalize_url rejects, a bare host holding a
     path, query, fragment, userinfo or whitespace, or more than MAX_HOST_LENGTH characters.
     """
@@ -280,7 +280,7 @@ def normalize_host(host: str) -> str:
 
 
 def parse_control(raw: bytes | str) -> ControlCommand:
-    """One `crawl.control` value as a command (decision 1400). Raises ContractError naming the field
+    """One `crawl.control` value as a command. Raises ContractError naming the field
     and what is wrong; never any other exception, whatever `raw` is."""
     try:
         return _parse(raw)
@@ -299,7 +299,7 @@ def _parse(raw: bytes | str) -> ControlCommand:
 
 
 def command_from_record(record: dict[str, Any]) -> ControlCommand:
-    """A decoded `crawl.control` record as a command; raises ContractError naming the field (decision 1400)."""
+    """A decoded `crawl.control` record as a command; raises ContractError naming the field."""
     version = record.get("v")
     if version != SCHEMA_VERSION or isinstance(version, bool):
         raise ContractError(f"v: unsupported schema version {_clip(repr(version))} (this release reads "
@@ -369,7 +369,7 @@ def _normalize_takedown_value(scope: str, value: Any) -> str:
     return value
 
 
-# What a pattern may look like, in words for operators (the API's and the CLI's help, decision 3730).
+# What a pattern may look like, in words for operators (the API's and the CLI's help).
 PATTERN_RULE = ("a takedown pattern is an fnmatch glob (*, ?, [...], case-sensitive) over normalised URLs "
                 "whose scheme part matches http or https and whose host part is one literal host, optionally "
                 "after '*.' (http*://*.example.com/private/*); it covers URLs of that host (or of its "
@@ -398,7 +398,7 @@ class PatternScope:
 
 
 def check_takedown_pattern(pattern: Any) -> PatternScope:
-    """The scope of a valid takedown pattern (PATTERN_RULE, decisions 1402 and 3730); raises
+    """The scope of a valid takedown pattern (PATTERN_RULE); raises
     ContractError with the reason for any other value. A valid pattern is kept exactly as given."""
     if not isinstance(pattern, str) or not pattern:
         raise ContractError(f"value: must be a non-empty string, got {_clip(repr(pattern))}")
@@ -415,7 +415,7 @@ def _scope_of(pattern: str) -> PatternScope:
 
 
 def _check_pattern(pattern: str) -> None:
-    """Decision 1402: a takedown glob must not be able to take down the whole web by a slip."""
+    """A takedown glob must not be able to take down the whole web by a slip."""
     if len(pattern) > MAX_PATTERN_LENGTH:
         raise ContractError(f"value: pattern longer than {MAX_PATTERN_LENGTH} characters")
     if _PRINTABLE_ASCII.fullmatch(pattern) is None:
@@ -475,7 +475,7 @@ class HostView:
 
 
 def fold_host_views(commands: Iterable[ControlCommand]) -> dict[str, HostView]:
-    """Each host's HostView from commands in topic order (decision 1404): a compacted view per host key.
+    """Each host's HostView from commands in topic order: a compacted view per host key.
 
     Host-scope takedowns count for their host; url and pattern takedowns and pause/resume are not
     about one host's settings and are left out."""
@@ -566,7 +566,7 @@ def seed_batches(urls: Iterable[Any], priority: int, now: float) -> list[tuple[s
         for start in range(0, len(entries), SEED_BATCH_SIZE):
             batch = DiscoveredBatch(v=SCHEMA_VERSION, type="discovered", host=host,
                                     urls=entries[start:start + SEED_BATCH_SIZE])
-            batch["issued_at"] = float(now)  # type: ignore[typeddict-unknown-key]  # decision 1403
+            batch["issued_at"] = float(now)  # type: ignore[typeddict-unknown-key]
             batches.append((host, batch))
     return batches
 

@@ -53,7 +53,7 @@ NO_CONTROLS = HostControls()
 class ControlPolicy:
     """How the frontier applies operator controls (section [control])."""
 
-    # Takedown patterns kept in force (decision 3731). A pattern beyond it is refused by the job and
+    # Takedown patterns kept in force. A pattern beyond it is refused by the job and
     # reported on crawl.status as a rejected_command; patterns already in force (restored) are all kept.
     max_takedown_patterns: int = MAX_TAKEDOWN_PATTERNS
 
@@ -178,7 +178,7 @@ class ControlTable:
 
     def refusal(self, record: dict[str, Any]) -> str | None:
         """Why this table refuses a validated control record, or None: a takedown pattern not yet in
-        force when the cap's worth already is (decision 3731). Every subtask holds the same table, so
+        force when the cap's worth already is. Every subtask holds the same table, so
         every subtask refuses the same records."""
         if (self._max_patterns is None or record.get("type") != "takedown" or record.get("scope") != "pattern"
                 or len(self._patterns) < self._max_patterns or record.get("value") in self._patterns):

@@ -22,14 +22,14 @@ from udfs.simhash import BITS, band_keys, hamming
 OWNER_ROW_VERSION = 1
 BAND_ROW_VERSION = 1
 # Record ids of response records are derived from the fetch, so dedup state can name a record the
-# writer has not written yet (decision 1300). A fixed namespace keeps them stable across releases.
+# writer has not written yet. A fixed namespace keeps them stable across releases.
 _RECORD_NAMESPACE = uuid.UUID("6f1f3c2e-9d3b-5a51-8b8e-3c0a64d0e5a1")
 _MAX_HAMMING = 7
 
 
 @dataclasses.dataclass(frozen=True)
 class DedupPolicy:
-    """Content dedup (config section `dedup`; decisions 1300-1302).
+    """Content dedup (config section `dedup`).
 
     enabled: add the dedup operators between parse and the WARC writer at all.
     max_hamming: k, the largest Hamming distance between SimHashes still called near-duplicates
@@ -105,7 +105,7 @@ class OwnerRow:
 
 
 def response_record_id(url: str, done_at: float, lease_id: str) -> str:
-    """The WARC-Record-ID of a fetch's response record, derived from the fetch (decision 1300).
+    """The WARC-Record-ID of a fetch's response record, derived from the fetch.
 
     A name-based UUID (RFC 9562 v5) of URL, fetch time and lease: unique per fetch, and known to
     dedup before the writer builds the record, so owner rows can name it for WARC-Refers-To.
@@ -115,7 +115,7 @@ def response_record_id(url: str, done_at: float, lease_id: str) -> str:
 
 def exact_candidate(http_status: int | None, fetch_status: str, truncated: str | None, payload_bytes: int,
                     policy: DedupPolicy) -> bool:
-    """Whether a capture takes part in exact dedup (decision 1300): a complete, untruncated 200
+    """Whether a capture takes part in exact dedup: a complete, untruncated 200
     response with at least `min_payload_bytes` of payload. A cut payload never owns nor aliases."""
     return (http_status == 200 and fetch_status == "ok" and truncated is None
             and payload_bytes >= policy.min_payload_bytes)
@@ -148,7 +148,7 @@ def decode_owner(text: str | None) -> OwnerRow | None:
 
 
 def decide_exact(stored: OwnerRow | None, capture: OwnerRow, policy: DedupPolicy) -> tuple[DedupVerdict, OwnerRow]:
-    """The verdict for `capture` given the payload's stored owner row, and the row to keep (decision 1300).
+    """The verdict for `capture` given the payload's stored owner row, and the row to keep.
 
     No owner (or one older than `owner_ttl_s`): `capture` owns the payload and gets a response record.
     Owner from another URL: a revisit, `duplicate_of` = the owner's URL. Owner with the same URL
@@ -229,7 +229,7 @@ def better(a: NearMatch | None, b: NearMatch | None, host: str) -> NearMatch | N
 
 def insert(entries: list[BandEntry], entry: BandEntry, capacity: int) -> tuple[list[BandEntry], int]:
     """`entries` with `entry` appended as the newest (replacing the same URL's older fingerprint) and
-    the oldest dropped beyond `capacity`; also how many were evicted (bounded state, decision 1301)."""
+    the oldest dropped beyond `capacity`; also how many were evicted (bounded state)."""
     kept = [e for e in entries if e[2] != entry[2]]
     kept.append(entry)
     evicted = max(0, len(kept) - capacity)
@@ -237,7 +237,7 @@ def insert(entries: list[BandEntry], entry: BandEntry, capacity: int) -> tuple[l
 
 
 def metadata_fields(match: NearMatch, simhash: int) -> list[tuple[str, str]]:
-    """The `application/warc-fields` of a near-duplicate verdict's WARC metadata record (decision 1301)."""
+    """The `application/warc-fields` of a near-duplicate verdict's WARC metadata record."""
     width = BITS // 4
     return [("near-duplicate-of", match["url"]), ("hamming-distance", str(match["distance"])),
             ("simhash", f"{simhash:0{width}x}"), ("near-duplicate-simhash", f"{match['simhash']:0{width}x}")]

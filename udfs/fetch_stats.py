@@ -44,7 +44,7 @@ def robots_failed(fetch_status: Any, http_status: Any) -> bool:
 
 
 class FetchTally:
-    """Counts and recent latencies of one fetch operator, drained as deltas (decision 1701).
+    """Counts and recent latencies of one fetch operator, drained as deltas.
 
     Keys of `counts` are fixed up front (COUNTS), so recording allocates nothing new per fetch.
     """

@@ -242,7 +242,7 @@ DECODE_ERRORS: Final = (zlib_ng.error, brotli.error)
 
 class _Zlib:
     """gzip (possibly several members) or deflate (zlib-wrapped, or raw as some servers send it), inflated by
-    zlib-ng: zlib's format and interface in about half its CPU time (decision 1822)."""
+    zlib-ng: zlib's format and interface in about half its CPU time."""
 
     def __init__(self, wbits: int) -> None:
         self._wbits = wbits

@@ -1,8 +1,8 @@
 """A cheap copy of a frozen dataclass instance, for hot paths whose callers know the result is valid.
 
 `dataclasses.replace` rebuilds every field through `__init__` and runs `__post_init__`; the frontier
-copies a host row once or more per discovered URL, where that work was most of the copy's cost
-(measured in bench/bench_frontier.py). The callers keep their own checks: `frontier_logic.replace`
+copies a host row once or more per discovered URL, where that work would be most of the copy's cost
+(bench/bench_frontier.py). The callers keep their own checks: `frontier_logic.replace`
 checks the field names, `budgets` derives rows only from valid ones.
 """
 from __future__ import annotations

@@ -125,7 +125,7 @@ _SEEN_CAP = 2 ** 31
 
 def observe(row: HostQuality, duplicate: bool, near_duplicate: bool,
             policy: QualityPolicy = DEFAULT_QUALITY_POLICY) -> HostQuality:
-    """The row after one completed page (ratio of new unique content per host; decision 1801).
+    """The row after one completed page (ratio of new unique content per host).
 
     duplicate / near_duplicate: the completion's `duplicate_of` / `near_duplicate_of` are set.
     An exact duplicate counts 0, a near-duplicate `near_duplicate_credit`, anything else 1. The new
@@ -154,7 +154,7 @@ def _level(ratio: float, current: int, policy: QualityPolicy) -> int:
 
 
 def priority_offset(row: HostQuality) -> int:
-    """How many priority steps (0..3) the host's newly discovered URLs are demoted by (decision 1801).
+    """How many priority steps (0..3) the host's newly discovered URLs are demoted by.
 
     The frontier adds it to an entry's priority (0 highest .. 9), capped at the lowest priority.
     """

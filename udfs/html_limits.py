@@ -72,7 +72,7 @@ _BREAKOUT = frozenset({
 # A text with at most this many "<" is not scanned: however they nest, lexbor builds their tree in about
 # the time the largest real pages take (4,096 nested <div>: 39 ms; the slowest of 990 real pages: 23 ms).
 # 97% of 990 real pages have fewer (median 1,366), so the scan's cost (about a third of an extraction on
-# the pages it reads) falls on few pages (decision 3700).
+# the pages it reads) falls on few pages.
 UNSCANNED_TAGS = 4096
 # The start of a start or end tag: ("/" for an end tag, its name). Attributes are not read: only names
 # change the model, and reading attributes would cost the scan several times as much.

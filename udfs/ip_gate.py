@@ -42,8 +42,8 @@ class IpGatePolicy:
     min_gap_s: least time between two releases on one address (0: only concurrency is limited).
     cdn_cidrs: address ranges of CDNs / large shared front ends that take more (e.g. "151.101.0.0/16").
     cdn_max_in_flight, cdn_min_gap_s: the looser limits for addresses in `cdn_cidrs`.
-    lease_timeout_s: a released request with no `ip_done` by then frees its slot anyway. Since the
-        fetcher keeps the gate (decision 1612) every fetch ends in its own `ip_done`, and the fetcher
+    lease_timeout_s: a released request with no `ip_done` by then frees its slot anyway. As the
+        fetcher keeps the gate, every fetch ends in its own `ip_done`, and the fetcher
         gives its leases no deadline: this value is accepted, so configurations that set it still
         load, and has no effect there.
     max_queue: requests waiting per key; more are refused and counted, and their frontier lease
@@ -104,7 +104,7 @@ def too_late_to_start(request: dict[str, Any], now: float, total_timeout_s: floa
     (`lease_deadline`, docs/architecture.md §1 lease): its completion would come back stale, the frontier
     having leased the URL again, so the fetch would be spent twice, and the two could be in flight on
     the host together. A fetch may take `total_timeout_s` and its completion RELEASE_MARGIN_S to reach
-    the frontier. A request without a deadline (from a job before decision 1614) is never too late."""
+    the frontier. A request without a deadline (from an older job) is never too late."""
     deadline = request.get("lease_deadline") if isinstance(request, dict) else None
     if not isinstance(deadline, (int, float)) or isinstance(deadline, bool):
         return False
@@ -155,7 +155,7 @@ def ip_done_event(request: dict[str, Any], schema_version: int, fetch_status: An
 
 @dataclass(frozen=True)
 class GateState:
-    """One key's gate, kept in the fetcher's memory (decision 1612): waiting requests (queued_at,
+    """One key's gate, kept in the fetcher's memory: waiting requests (queued_at,
     request), leases (lease_id, deadline), the last release, and the time an abandoned fetch keeps the
     address busy until."""
 

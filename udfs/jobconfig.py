@@ -15,7 +15,7 @@ class JobPolicy:
     # Fixed for the life of the savepoints: rescaling beyond it needs a fresh state.
     max_parallelism: int = 128
     # How often state and Kafka offsets are snapshotted; also bounds repeated fetches after a crash
-    # (decision 1840: 60 s measured no faster).
+    # (a longer interval is no faster: decision 1840).
     checkpoint_interval_ms: int = 10_000
     # Fetches in flight per fetch subtask (each is for a different host: the frontier leases one per host).
     fetch_capacity: int = 256
@@ -27,17 +27,17 @@ class JobPolicy:
     group_id: str = "crawler"
     # Slot sharing group of the WARC writer. Its own group (the default) gives the writer a Python worker
     # process of its own beside the fetcher's, so WARC gzip and fsync do not wait for the fetcher's
-    # interpreter lock (decision 1617: 59.0 → 66.0 pages/s on 2 cores); the job then takes
+    # interpreter lock (decision 1617); the job then takes
     # max(parallelism, fetch_parallelism) + parallelism slots. Empty (or "default"): the writer shares the fetcher's slots.
     writer_slot_group: str = "writer"
     # Slot sharing group of parse (and the dedup operators after it). Its own group (the default) gives
     # parse a Python worker process of its own, so the fetcher's event loop does not wait for page parsing
-    # to let go of the interpreter lock (decisions 1808, 1824: 70.0 → 79.2 pages/s on 2 cores once pages
-    # travel to the writer packed); the job then takes `parallelism` more slots. Empty (or "default"):
+    # to let go of the interpreter lock (decisions 1808, 1824); the job then takes `parallelism` more
+    # slots. Empty (or "default"):
     # parse runs in the fetcher's worker; "writer": beside the WARC writers, in their slots.
     parse_slot_group: str = "parse"
     # Parallel parse subtasks, each a Python worker of its own in parse's slot sharing group (the dedup
-    # probe runs beside each). Parse is the busiest Python worker (#8 step 15): a second one lets it use
+    # probe runs beside each). Parse is the busiest Python worker: a second one lets it use
     # the CPU the other stages leave idle. Pages reach them round-robin from the fetchers. Unset: `parallelism`.
     parse_parallelism: int | None = None
     # Processing bundles of the Python workers: small bundles keep timers and checkpoints prompt.
@@ -45,26 +45,23 @@ class JobPolicy:
     bundle_size: int = 100
     # Longest a network buffer waits for more records before it is sent on (Flink's buffer timeout; 100 ms
     # is Flink's own default). With few hosts a host's next page waits for its last completion's return,
-    # which crosses several such hops and the Python workers' bundles: 10 ms here with `bundle_time_ms`
-    # 20 made a 200-host crawl 62% faster, but cost 13-20% of the rate at 5,000 hosts (128.6 pages/s against
-    # 148.3-161.1), where CPU is the limit (decision 1835, docs/perf/crawl-throughput-history.md step 18). Full buffers go at
-    # once whatever it is.
+    # which crosses several such hops and the Python workers' bundles: a shorter timeout speeds up a
+    # few-host crawl but costs rate at thousands of hosts, where CPU is the limit (decision 1835). Full
+    # buffers go at once whatever it is.
     buffer_timeout_ms: int = 100
     # How much lower the frontier's CPU priority is than the rest of the TaskManager (a nice increment of
     # its task thread, 0-19; 0 leaves it alone). Discoveries outrun the frontier on a CPU-bound machine
     # and it takes any CPU it gets for judging that backlog; when the cores are contended, the page path
-    # (fetch, parse, writers, dedup) goes first. 10 (a tenth of a normal thread's weight): 150.0 pages/s
-    # against 139.0 at 5,000 hosts, three alternated runs each (decision 1839, docs/perf/crawl-throughput-history.md step 22).
-    # With CPU to spare it changes nothing.
+    # (fetch, parse, writers, dedup) goes first. 10 (a tenth of a normal thread's weight) gives a faster
+    # crawl of thousands of hosts (decision 1839). With CPU to spare it changes nothing.
     frontier_nice: int = 10
     # The job's Kafka producer (every output topic): how long a record may wait for more to the same
     # partition before its batch is sent (Kafka's `linger.ms`; the client's default is 5), and the largest
     # batch (`batch.size`; 16 KB). The job's Kafka sources: the broker answers a fetch once it holds
     # `kafka_fetch_min_bytes` for it or `kafka_fetch_max_wait_ms` has passed (`fetch.min.bytes`,
-    # `fetch.max.wait.ms`; 1 byte and 500 ms). Fewer, fuller requests: on 5,000 hosts the broker used less
-    # CPU a second in each of four alternated pairs (12% on average), at 80.7 against 74.6 pages/s on
-    # average (decision 1841), for up to 50 + 100 ms more on a Kafka hop. Few-host crawls, whose rate is the lease's trip,
-    # set the client's values back (`crawler demo` does).
+    # `fetch.max.wait.ms`; 1 byte and 500 ms). Fewer, fuller requests: with thousands of hosts the broker
+    # spends less CPU and the crawl is faster (decision 1841), for up to 50 + 100 ms more on a Kafka hop.
+    # Few-host crawls, whose rate is the lease's trip, set the client's values back (`crawler demo` does).
     kafka_linger_ms: int = 50
     kafka_batch_bytes: int = 256 * 1024
     kafka_fetch_min_bytes: int = 64 * 1024
@@ -73,7 +70,7 @@ class JobPolicy:
     @property
     def slots(self) -> int:
         """Task slots the job takes: the widest operator of each slot sharing group, summed (the
-        writers' and parse's own groups, decisions 1617, 1808; one group counted once)."""
+        writers' and parse's own groups; one group counted once)."""
         widest: dict[str, int] = {}
         for group, width in (("", max(self.parallelism, self.fetch_parallelism)),
                              (self.writer_slot_group, self.parallelism),

@@ -18,7 +18,7 @@ DEFAULT_WINDOW = 256
 
 
 class RecentWindow:
-    """The last `size` samples of one latency (seconds), for percentiles (docs/metrics.md, decision 1700).
+    """The last `size` samples of one latency (seconds), for percentiles (docs/metrics.md).
 
     `add` never raises: a negative, NaN or infinite sample (a clock step, a bug upstream) is ignored,
     so a hostile value cannot poison the gauges.
@@ -37,7 +37,7 @@ class RecentWindow:
         return self._filled
 
     def add(self, seconds: float) -> None:
-        """Record one sample, replacing the oldest once the window is full (metrics spec, decision 1700)."""
+        """Record one sample, replacing the oldest once the window is full (metrics spec)."""
         if not 0.0 <= seconds < math.inf:  # False for NaN too
             return
         self._ring[self._next] = seconds
@@ -48,7 +48,7 @@ class RecentWindow:
     def percentiles(self, *quantiles: float) -> tuple[float, ...]:
         """Nearest-rank percentiles of the window, one per quantile in [0, 1]; zeros while empty.
 
-        One sort per call, so a caller wanting p50 and p95 asks for both at once (decision 1700).
+        One sort per call, so a caller wanting p50 and p95 asks for both at once.
         """
         for q in quantiles:
             if not 0.0 <= q <= 1.0:
@@ -61,7 +61,7 @@ class RecentWindow:
 
 
 def micros(seconds: float) -> int:
-    """Seconds as whole microseconds: PyFlink gauges carry integers (decision 1700)."""
+    """Seconds as whole microseconds: PyFlink gauges carry integers."""
     return int(round(seconds * 1_000_000))
 
 
@@ -69,8 +69,7 @@ class Occupancy:
     """Time-weighted share of `capacity` slots in use between two reads (docs/metrics.md "idle").
 
     A gauge sampled at an instant cannot show how busy the fetcher is: fetches last milliseconds and
-    the gauges are read once per bundle, so an instantaneous count says little (and was always 0
-    under the async operator before decision 1612, which drained every fetch before that read).
+    the gauges are read once per bundle, so an instantaneous count says little.
     This integrates the in-flight count over time instead (decision 1701).
     """
 

@@ -272,7 +272,7 @@ def extract(
     meta / X-Robots-Tag directives, and the WHATWG encoding sniffing order (see `udfs.text`). Links
     are unique per page (first anchor text kept; nofollow only if every occurrence is nofollow),
     capped at `policy.max_links`. `meta_names` (lower case) picks the `<meta name content>` pairs
-    kept in `Extraction.meta` for the opt-out decision (decision 1202). A non-HTML body
+    kept in `Extraction.meta` for the opt-out decision. A non-HTML body
     gives an extraction with only the header-borne fields (X-Robots-Tag, Link canonical, Refresh).
     Never raises.
     """
@@ -313,7 +313,7 @@ def _extract_html(
     cut = document_cut(html, policy.max_depth, policy.max_elements)
     # Parsed as a browser with scripting enabled (as Googlebot renders): <noscript> content is text, so
     # a tracking pixel in <noscript> cannot push <link rel=canonical> out of <head>, and a <base> or
-    # refresh inside <noscript> is not obeyed (docs/decisions/0300).
+    # refresh inside <noscript> is not obeyed.
     tree = LexborHTMLParser(html if cut is None else html[:cut.offset], scripting=True)
     agent = policy.user_agent_token.lower()
 

@@ -52,7 +52,7 @@ class MinHashPolicy:
         different seeds, sizes or lengths are not comparable: a stored index records them.
     threshold: estimated Jaccard similarity at or above which two texts are near-duplicates (0.5;
         chosen on the pairs of bench/bench_minhash.py: page texts keep their boilerplate, so the
-        same article on two sites rarely shares more than 60-80% of its shingles; decision 1201).
+        same article on two sites rarely shares more than 60-80% of its shingles).
     false_positive_weight / false_negative_weight: how the banding shape trades candidates below
         the threshold against missed pairs above it (0.5 / 0.5); both in [0, 1], not both 0.
     """

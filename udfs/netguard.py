@@ -404,7 +404,7 @@ class FetchPolicy:
 
     def content_type_allowed(self, content_type: str | None, sitemap: bool = False) -> bool:
         """Whether a Content-Type header value names an allowed media type (parameters ignored); for a
-        sitemap lease (`sitemap`), `sitemap_content_types` are allowed too (decision 1817)."""
+        sitemap lease (`sitemap`), `sitemap_content_types` are allowed too."""
         if content_type is None or not content_type.strip():
             return self.allow_missing_content_type
         kind = media_type(content_type)

@@ -45,10 +45,10 @@ class OptOutPolicy:
     ai_agents: product tokens whose robots.txt verdict for the page is a reservation (GPTBot, CCBot,
         Google-Extended, anthropic-ai, ClaudeBot); each a non-empty `[A-Za-z0-9_-]` token.
     directives: X-Robots-Tag / meta robots values that reserve the page ("noai", "noimageai"; the
-        second speaks of images, and is honoured for the whole page: decision 1202).
+        second speaks of images, and is honoured for the whole page).
     use_robots / use_directives / use_tdmrep: switch a family of signals off (all True).
     fetch_tdmrep: the crawl job fetches each host's `/.well-known/tdmrep.json` once per robots.txt TTL
-        (True; decision 1930); it never does when `use_tdmrep` is false (`tdmrep_fetched`).
+        (True); it never does when `use_tdmrep` is false (`tdmrep_fetched`).
     max_tdmrep_bytes: bytes of a tdmrep.json parsed (64 KiB; a longer file is cut, and the cut
         JSON does not parse, so the file is ignored and its host counted as not declaring).
     max_tdmrep_rules: rules of a tdmrep.json read, first ones first (1,000).
@@ -81,7 +81,7 @@ class OptOutPolicy:
 
     @property
     def tdmrep_fetched(self) -> bool:
-        """Whether the crawl job fetches tdmrep.json: `fetch_tdmrep` and `use_tdmrep` (decision 1930)."""
+        """Whether the crawl job fetches tdmrep.json: `fetch_tdmrep` and `use_tdmrep`."""
         return self.fetch_tdmrep and self.use_tdmrep
 
 
@@ -119,13 +119,13 @@ class AgentRules(Protocol):
 @lru_cache(maxsize=16)
 def meta_names(policy: OptOutPolicy = DEFAULT_OPTOUT_POLICY) -> frozenset[str]:
     """The lower-cased `<meta name>` values `decide` reads: robots, tdm-reservation, tdm-policy and each
-    configured AI agent (decision 1202); what the parse step keeps of a page's meta tags."""
+    configured AI agent; what the parse step keeps of a page's meta tags."""
     return frozenset(META_NAMES) | {agent.lower() for agent in policy.ai_agents}
 
 
 def ai_disallowed(rules: AgentRules, url: str, agents: Iterable[str]) -> tuple[str, ...]:
-    """The agents, in the given order, that robots.txt `rules` do not allow to fetch `url` (RFC 9309 §2.2;
-    decision 1202). Fails closed: rules that raise for an agent count as disallowing it. Never raises."""
+    """The agents, in the given order, that robots.txt `rules` do not allow to fetch `url` (RFC 9309 §2.2).
+    Fails closed: rules that raise for an agent count as disallowing it. Never raises."""
     blocked: list[str] = []
     for agent in agents:
         try:

@@ -62,8 +62,8 @@ class ParsedBundle(TypedDict):
     simhash: int | None            # of the main text, for 200 pages
     page: PageFacts | None         # None unless the result is a complete 200 page
     dedup: NotRequired[DedupVerdict]  # set by the dedup operators (operators/dedup.py) for the pages they see
-    sitemap: NotRequired[SitemapFacts]  # a sitemap lease's complete 200 answer, read as one (decision 1812)
-    packed: NotRequired[PackedBlock]    # the response block, deflated here; result.body is then b"" (decision 1823)
+    sitemap: NotRequired[SitemapFacts]  # a sitemap lease's complete 200 answer, read as one
+    packed: NotRequired[PackedBlock]    # the response block, deflated here; result.body is then b""
     # The page met a parse limit (decision 3700): "depth" or "elements" (`page` holds what the text before
     # the cap says), or "cpu", "memory" or "crashed" (the sandboxed extraction was stopped: `page` is None)
     parse_limit: NotRequired[str]
@@ -75,7 +75,7 @@ def content_hash(body: bytes) -> str:
 
 
 def pack_payload(bundle: ParsedBundle, builder: WarcBuilder) -> ParsedBundle:
-    """The bundle with its response block packed for the writer (decision 1823): `packed` holds the
+    """The bundle with its response block packed for the writer: `packed` holds the
     deflated block and the facts its records need, and the result's body, parsed already, is dropped,
     so the writer receives about a fifth of the bytes. A result the writer archives without a payload
     (none, or a recrawl's 304) or with a status no record can hold is left as it is."""
@@ -108,9 +108,9 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
                  sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> ParsedBundle:
     """Hash, SimHash, extract and judge the TDM opt-out of one page result (§1 parse; decisions
     1202-1203); with a `soft404` policy, compare it with its host's probe answer when the request
-    carries one (decision 1844). Never raises (extract reports errors as data, decide counts bad input
+    carries one. Never raises (extract reports errors as data, decide counts bad input
     as no signal, a malformed probe row checks nothing). A sitemap lease's answer is no page: it is
-    read as a sitemap (decision 1812), archived and never published."""
+    read as a sitemap, archived and never published."""
     has_response = result["http_status"] is not None
     bundle = ParsedBundle(result=result, content_hash=content_hash(result["body"]) if has_response else None,
                           simhash=None, page=None)
@@ -144,7 +144,7 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
 
 
 def sitemap_facts(result: FetchResult, policy: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> SitemapFacts:
-    """The URLs a fetched sitemap lists that the crawler follows (udfs.sitemaps; decision 1812): pages on
+    """The URLs a fetched sitemap lists that the crawler follows (udfs.sitemaps): pages on
     its own host and, when another host's robots.txt listed it (`sitemap_for`), on that host too (1816).
     A gzip body is inflated whatever its Content-Type says (`application/gzip`; decision 1817)."""
     url = response_url(result)

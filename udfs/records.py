@@ -10,7 +10,7 @@ Topics
   `TdmrepResult` events, and `LeaseExtend` (a page lease whose capture still waits to be durable);
   `IpDone` (key = the IP gate key) is not written (the fetcher keeps its gate, decision 1612); the
   job drops any that an older job left on the topic.
-  Apart from discoveries so a backlog of new URLs never delays the end of a lease (decision 1610).
+  Apart from discoveries so a backlog of new URLs never delays the end of a lease.
   Both topics carry the one event schema and the job reads any event type from either.
 - `pages.parsed`   (key = url_fp as decimal text): `ParsedPage`.
 - `crawl.status`: what the job reports about its input and its verdicts: `rejected_event` and
@@ -86,14 +86,14 @@ class UrlEntry(TypedDict):
     # it as absent on a page or on that host's own sitemap.
     sitemap_for: NotRequired[str]
     # What a sitemap said about a page it lists, when it said it: lastmod (Unix seconds), priority
-    # (0..1) and changefreq ("always" .. "never"); the recrawl schedule reads them (decisions 1812, 1813).
+    # (0..1) and changefreq ("always" .. "never"); the recrawl schedule reads them (decision 1813).
     lastmod: NotRequired[int]
     sitemap_priority: NotRequired[float]
     changefreq: NotRequired[str]
     # The URL is the rel=canonical the page at this URL named, judged a `hint` (decision 1804): the
     # frontier remembers the page (udfs.frontier_logic.MAX_CANONICAL_ALIASES of them) until the URL is
     # fetched, and if it answers 404, 410 or is a soft 404 it revises that page's verdict on crawl.status
-    # (`CanonicalRevised`, decision 1820). An http(s) URL on the same registrable domain, not the URL
+    # (`CanonicalRevised`). An http(s) URL on the same registrable domain, not the URL
     # itself; the frontier drops an entry with any other value as malformed.
     canonical_of: NotRequired[str]
 
@@ -105,14 +105,15 @@ class DiscoveredBatch(TypedDict):
     type: Literal["discovered"]
     host: str
     urls: list[UrlEntry]
-    # The host of the page the links were found on (writers since decision 1806; absent for seeds,
-    # sitemaps and older writers): the frontier counts the other hosts linking in for importance.
+    # The host of the page the links were found on (decision 1806; absent for seeds, sitemaps and older
+    # writers): the frontier counts the other hosts linking in for importance.
     from_host: NotRequired[str]
-    # The url_fp of that page (writers since decision 1815): its host's frontier counts the new URLs the
-    # page brought to its own host, the page's hub yield for the recrawl schedule.
+    # The url_fp of that page (decision 1815; absent from older writers): its host's frontier counts the
+    # new URLs the page brought to its own host, the page's hub yield for the recrawl schedule.
     from_fp: NotRequired[int]
-    # When that page was fetched (its done_at, Unix seconds; writers since decision 1843): the frontier
-    # reads how far behind discovery it is, and brakes its releases past `frontier.max_discovery_lag_s`.
+    # When that page was fetched (its done_at, Unix seconds; decision 1843; absent from older writers):
+    # the frontier reads how far behind discovery it is, and brakes its releases past
+    # `frontier.max_discovery_lag_s`.
     found_at: NotRequired[float]
 
 
@@ -144,8 +145,8 @@ class Completion(TypedDict):
     # Dedup's verdict on the page, for the host's unique-content ratio (udfs.host_quality).
     duplicate: NotRequired[bool]        # an exact duplicate of another URL's payload
     near_duplicate: NotRequired[bool]   # within the SimHash distance of a page already seen
-    soft_404: NotRequired[bool]         # the host's "not found" page served as a 200 (decision 1844)
-    parse_limit: NotRequired[str]       # the parse limit the page met, one of PARSE_LIMITS (decision 3700)
+    soft_404: NotRequired[bool]         # the host's "not found" page served as a 200 (ProbeResult)
+    parse_limit: NotRequired[str]       # the parse limit the page met, one of PARSE_LIMITS
 
 
 class LeaseExtend(TypedDict):
@@ -184,7 +185,7 @@ class RobotsResult(PreflightResult):
     type: Literal["robots"]
     body_b64: str               # robots.txt body (capped by RobotsPolicy), base64
     retry_after: NotRequired[float | None]   # seconds, from a 429/503's Retry-After (counted from fetched_at)
-    gate_key: NotRequired[str]  # written by jobs before decision 1612 (an IP gate between frontier and fetcher); ignored
+    gate_key: NotRequired[str]  # written by older jobs for an IP gate between frontier and fetcher; ignored
 
 
 class TdmrepResult(PreflightResult):
@@ -208,9 +209,9 @@ class ProbeResult(PreflightResult):
 
 
 class IpDone(TypedDict):
-    """The end of one fetch for an IP gate that sat between the frontier and the fetcher until decision
-    1612 (the fetcher keeps the per-address limit itself now). No job writes it any more; it stays in
-    the contract so a job restored from an older one reads the ones left on crawl.outcomes (and drops
+    """The end of one fetch for an IP gate between the frontier and the fetcher, which the job does not
+    have: the fetcher keeps the per-address limit itself. No job writes it; it stays in the contract
+    so a job restored from an older one reads the ones left on crawl.outcomes (and drops
     them: they never reach the frontier)."""
 
     v: int
@@ -244,7 +245,7 @@ class FetchRequest(TypedDict):
     redirect_hops: NotRequired[int]   # pages only: redirects followed to reach `url` (UrlEntry.redirect_hops)
     ip: NotRequired[str | None]   # the host's pinned or last known address (None: unknown); the IP gate's key
     # When the frontier's lease of this request expires (epoch seconds): the fetcher skips a request that
-    # could no longer end before it (udfs.ip_gate.too_late_to_start, decision 1614).
+    # could no longer end before it (udfs.ip_gate.too_late_to_start).
     lease_deadline: NotRequired[float]
     # Recrawls: the previous capture (Completion.capture); a 304 is archived as a revisit of it.
     revisit_of: NotRequired[dict[str, str | None] | None]
@@ -252,17 +253,17 @@ class FetchRequest(TypedDict):
     # robots.txt disallows for `url`; the parse step turns them into the page's opt-out reasons.
     ai_disallowed: NotRequired[list[str]]
     # Pages only, set only when the host's tdmrep.json has a rule matching `url`: its tdm-reservation
-    # (0 or 1); the parse step weighs it as the TDMRep file signal (decision 1930).
+    # (0 or 1); the parse step weighs it as the TDMRep file signal.
     tdm_file: NotRequired[int]
     # Pages only, set only when the host's soft-404 probe was answered 200: that answer as a
-    # udfs.soft404.ProbeRow row; the parse step marks a page like it as a soft 404 (decision 1844).
+    # udfs.soft404.ProbeRow row; the parse step marks a page like it as a soft 404.
     soft404_probe: NotRequired[str]
     # Pages only, set only for a sitemap (UrlEntry.sitemap): parse reads the answer as a sitemap and the
-    # writer sends on the URLs it lists instead of publishing it (decision 1812).
+    # writer sends on the URLs it lists instead of publishing it.
     sitemap: NotRequired[bool]
     # Sitemaps only, set only when another host's robots.txt listed it (UrlEntry.sitemap_for): parse
     # follows that host's pages with the sitemap's hints too, and the writer passes it on to an index's
-    # sitemaps and a redirected sitemap's target (decision 1816).
+    # sitemaps and a redirected sitemap's target.
     sitemap_for: NotRequired[str]
 
 
@@ -308,14 +309,14 @@ class ParsedPage(TypedDict):
     warc_offset: int
     warc_length: int
     optout: NotRequired[dict[str, Any]]   # {"reserved": bool, "reason": str} (udfs.optout; decision 1203)
-    canonical: NotRequired[dict[str, str]]   # {"url", "trust", "reason"} (udfs.canonical; decision 1804)
-    # "depth" or "elements": text and links are those of the page's text before that parse cap (decision 3700)
+    canonical: NotRequired[dict[str, str]]   # {"url", "trust", "reason"} (udfs.canonical)
+    # "depth" or "elements": text and links are those of the page's text before that parse cap
     parse_limit: NotRequired[str]
 
 
 class CanonicalRevised(TypedDict):
-    """A `crawl.status` record (decision 1820): the `hint` canonical a page named in its pages.parsed
-    record (decision 1804) turned out broken when fetched, so that page's verdict is now `ignored`. A
+    """A `crawl.status` record: the `hint` canonical a page named in its pages.parsed record turned out
+    broken when fetched, so that page's verdict becomes `ignored`. A
     consumer folding aliases into canonicals applies it to the page `url` (the same key as its
     pages.parsed record)."""
 

@@ -70,7 +70,7 @@ __all__ = [
 DAY = 86_400.0
 HISTORY_VERSION = 1
 # Where the freshness-optimal interval curve I(λ) turns: beyond r = λI ≈ 1.793 (the root of
-# e^r = 1 + r + r²) a faster-changing page is given *longer* intervals by the optimum (decision 1101).
+# e^r = 1 + r + r²) a faster-changing page is given *longer* intervals by the optimum.
 KNEE = 1.7932821329007607
 _G_MAX = 1.0 - 1e-12           # g(r) < 1 for every finite r: μλ/w at or above this has no solution
 _MAX_ITERATIONS = 60           # Newton / bisection steps of the estimator and the interval solver
@@ -130,9 +130,9 @@ class RecrawlPolicy:
     value_depth: log2 value lost per hop from a seed (0.1).
     value_min, value_max: bounds of a page's value weight (0.25, 4.0).
     scheduler: how a fetched page's next due time is set: "adaptive" (the default: change rate, value
-        and budget, decisions 1100-1103), or, as baselines for the freshness benchmark (decision
-        1809), "uniform" (every page after budget_interval_s) and "halve" (the interval since the
-        last fetch halved after a change, × 1.5 otherwise; budget_interval_s at first).
+        and budget), or, as baselines for the freshness benchmark (decision 1809), "uniform" (every page
+        after budget_interval_s) and "halve" (the interval since the last fetch halved after a change,
+        × 1.5 otherwise; budget_interval_s at first).
     """
 
     min_interval_s: float = 3_600.0
@@ -460,7 +460,7 @@ def _root(rows: list[tuple[float, float, float]], guess: float) -> float:
 
 def estimate_rate(observations: Iterable[tuple[float, bool]]) -> float:
     """λ̂ (changes per second) from (interval seconds, changed) visits: the improved estimator when
-    the intervals are regular (all within 5% of their mean), otherwise the MLE (decision 1100)."""
+    the intervals are regular (all within 5% of their mean), otherwise the MLE."""
     obs = [(float(t), bool(c)) for t, c in observations if _finite(t) and t >= _MIN_GAP]
     if not obs:
         return 0.0
@@ -473,7 +473,7 @@ def estimate_rate(observations: Iterable[tuple[float, bool]]) -> float:
 
 @dataclass(frozen=True)
 class PageValue:
-    """What a page is worth and what it says about itself (decision 1102).
+    """What a page is worth and what it says about itself.
 
     inlinks: distinct pages seen linking here; depth: hops from a seed; hub_yield: new URLs found per
     fetch (recent average); sitemap_priority: 0..1 or None; changefreq: sitemap changefreq or None;
@@ -494,7 +494,7 @@ NEUTRAL_VALUE = PageValue()
 
 @dataclass(frozen=True)
 class HostSignals:
-    """Per-host recrawl statistics, bounded (decision 1103).
+    """Per-host recrawl statistics, bounded.
 
     mean_log_rate: running mean of log λ over the host's pages (None until one page has an estimate);
     rate_samples: how many estimates it averages, capped at `_HOST_MEMORY`;
@@ -562,7 +562,7 @@ class HostSignals:
     def steered(self, now: float, gap_s: float, policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> HostSignals:
         """μ moved once per `budget_interval_s` towards a schedule that asks for the host's share of the
         budget: its pages ÷ budget_interval_s (the uniform share), at most one fetch per politeness gap
-        (`refresh_cost`: demand ÷ capacity, by ×0.5 to ×2 a step; decision 1810)."""
+        (`refresh_cost`: demand ÷ capacity, by ×0.5 to ×2 a step)."""
         if self.pages == 0 or now - self.steered_at < policy.budget_interval_s:
             return self
         capacity = self.pages / policy.budget_interval_s
@@ -611,7 +611,7 @@ def prior_rate(value: PageValue = NEUTRAL_VALUE, host: HostSignals = NO_HOST,
 
 def change_rate(history: UrlHistory, value: PageValue = NEUTRAL_VALUE, host: HostSignals = NO_HOST,
                 policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> float:
-    """The change rate used for scheduling (decision 1100), changes per second in [1e-12, 1].
+    """The change rate used for scheduling, changes per second in [1e-12, 1].
 
     The prior (`prior_rate`) joins the history's visits as `prior_weight` pseudo-visits at their mean
     interval t̄, of which the share 1 - e^{-λ_prior·t̄} saw a change; λ is the maximum-likelihood
@@ -637,7 +637,7 @@ def change_rate(history: UrlHistory, value: PageValue = NEUTRAL_VALUE, host: Hos
 # --- due time ------------------------------------------------------------------------------------------
 
 def value_weight(value: PageValue, policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> float:
-    """A page's value weight w (decision 1102): log2 w = value_inlinks·log2(1 + in-links)
+    """A page's value weight w: log2 w = value_inlinks·log2(1 + in-links)
     + value_hub·log2(1 + hub yield) - value_depth·depth + (sitemap priority - 0.5), clamped to
     [value_min, value_max]. Hostile values count as neutral."""
     inlinks = value.inlinks if _finite(value.inlinks) and value.inlinks > 0 else 0
@@ -652,7 +652,7 @@ def value_weight(value: PageValue, policy: RecrawlPolicy = DEFAULT_RECRAWL_POLIC
 
 def refresh_cost(policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, demand: float | None = None,
                  capacity: float | None = None, cost: float | None = None) -> float:
-    """The refresh cost μ (seconds) that trades freshness for fetches (decision 1101).
+    """The refresh cost μ (seconds) that trades freshness for fetches.
 
     Without feedback: g(1)·budget_interval_s, so a value-1 page changing once per budget interval is
     visited once per budget interval. With `demand` (the fetch rate the current schedule asks for,
@@ -697,7 +697,7 @@ def _g_inverse(s: float) -> float:
 
 def interval_for(rate: float, weight: float = 1.0, policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY,
                  cost: float | None = None) -> float:
-    """The revisit interval (seconds) for a page changing at `rate` with value `weight` (decision 1101).
+    """The revisit interval (seconds) for a page changing at `rate` with value `weight`.
 
     Solves g(λI) = μλ/w (Cho & Garcia-Molina TODS 2003, freshness-optimal under a budget). A page past
     the knee of that curve (λI > 1.79, or no solution: it changes faster than the budget keeps fresh)
@@ -718,7 +718,7 @@ def interval_for(rate: float, weight: float = 1.0, policy: RecrawlPolicy = DEFAU
 def next_due(history: UrlHistory, value: PageValue = NEUTRAL_VALUE, now: float = 0.0,
              policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY, host: HostSignals = NO_HOST,
              cost: float | None = None) -> float:
-    """When a URL comes due (decisions 1101, 1103). Epoch seconds.
+    """When a URL comes due. Epoch seconds.
 
     Never fetched → `now`. Otherwise last fetch + `interval_for(change_rate, value_weight)`; a stable
     page (`stable_after` unchanged refetches in a row) gets at least min(its last interval ×
@@ -752,7 +752,7 @@ def lastmod_forward(due: float, last: float, lastmod: float | None, now: float, 
 
 
 def baseline_interval(history: UrlHistory, policy: RecrawlPolicy) -> float:
-    """The next interval of the benchmark's baseline schedulers (decision 1809), clamped to
+    """The next interval of the benchmark's baseline schedulers, clamped to
     [min_interval_s, max_interval_s]: "uniform" always budget_interval_s; "halve" the interval since
     the previous fetch halved if that fetch saw a change, × 1.5 if not (budget_interval_s before a
     second fetch)."""
@@ -766,12 +766,12 @@ def baseline_interval(history: UrlHistory, policy: RecrawlPolicy) -> float:
 # --- front queues and the capacity split -------------------------------------------------------------
 
 def tier_weights(policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> tuple[float, ...]:
-    """Default weight of each tier: tier_ratio^t (decision 1102)."""
+    """Default weight of each tier: tier_ratio^t."""
     return tuple(policy.tier_ratio ** t for t in range(policy.tiers))
 
 
 def tier_of(weight: float, urgency: float, policy: RecrawlPolicy = DEFAULT_RECRAWL_POLICY) -> int:
-    """The front queue (0 = served most) for a due URL (decision 1102): score = value weight × urgency,
+    """The front queue (0 = served most) for a due URL: score = value weight × urgency,
     urgency = time since the last fetch ÷ the planned interval (1 when exactly due); a score of 1 lands
     in the middle tier, each halving or doubling moves it by two tiers. Hostile values → middle."""
     middle = policy.tiers // 2
@@ -783,7 +783,7 @@ def tier_of(weight: float, urgency: float, policy: RecrawlPolicy = DEFAULT_RECRA
 
 def choose_tier(weights: Sequence[float], nonempty: Sequence[bool], rand: float,
                 floor: float = DEFAULT_RECRAWL_POLICY.tier_floor) -> int | None:
-    """Weighted random choice among the non-empty tiers (decision 1102); None when all are empty.
+    """Weighted random choice among the non-empty tiers; None when all are empty.
     Each non-empty tier's weight is raised to at least `floor` × the total weight of the non-empty
     tiers (and non-finite or negative weights count as 0), so no non-empty tier starves: it is
     chosen with probability at least floor / (1 + n·floor) per draw. `rand` is uniform in [0, 1)."""

@@ -89,7 +89,7 @@ class ReleaseBudget:
         return self._lag_s if now - self._lag_read_at < BRAKE_HOLD_S else 0.0
 
     def braked(self, now: float) -> bool:
-        """Whether leases wait for the frontier to catch up with discovery (decision 1843)."""
+        """Whether leases wait for the frontier to catch up with discovery."""
         return self.max_lag_s > 0 and self.lag_s(now) > self.max_lag_s
 
     def leased(self, lease_id: str, deadline: float) -> None:

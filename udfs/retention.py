@@ -49,19 +49,19 @@ class RetentionPolicy:
 
 
 def warc_date(name: str) -> date | None:
-    """Issue #9 retention: the crawl date of a name under the WARC root (`crawl/YYYY-MM-DD/...`); None for anything else
+    """The crawl date of a name under the WARC root (`crawl/YYYY-MM-DD/...`); None for anything else
     (tombstones.jsonl, a stray file): never raises."""
     return _parse(_WARC_DATE, name)
 
 
 def corpus_date(name: str) -> date | None:
-    """Issue #9 retention: the crawl date of a name under the corpus folder (`crawl_date=YYYY-MM-DD/...`);
+    """The crawl date of a name under the corpus folder (`crawl_date=YYYY-MM-DD/...`);
     None for anything else (`_state/`, `_dropped.jsonl`): never raises."""
     return _parse(_CORPUS_DATE, name)
 
 
 def expired(day: date, now: float, max_age_days: int) -> bool:
-    """Whether data of crawl date `day` is past `max_age_days` at epoch time `now` (0: never; decision 1923)."""
+    """Whether data of crawl date `day` is past `max_age_days` at epoch time `now` (0: never)."""
     if max_age_days == 0:
         return False
     end_of_day = datetime(day.year, day.month, day.day, tzinfo=timezone.utc) + timedelta(days=1)
@@ -69,8 +69,7 @@ def expired(day: date, now: float, max_age_days: int) -> bool:
 
 
 def expired_names(names: list[str], kind: str, now: float, policy: RetentionPolicy) -> list[str]:
-    """The names (under a WARC root for kind "warc", a corpus folder for "corpus") that retention deletes
-    (decision 1923)."""
+    """The names (under a WARC root for kind "warc", a corpus folder for "corpus") that retention deletes."""
     if kind == "warc":
         parse, limit = warc_date, policy.warc_max_age_days
     elif kind == "corpus":
@@ -82,7 +81,7 @@ def expired_names(names: list[str], kind: str, now: float, policy: RetentionPoli
 
 def lifecycle_configuration(policy: RetentionPolicy, warc_prefix: str = "",
                             corpus_prefix: str = "corpus/") -> dict[str, Any]:
-    """An S3 `PutBucketLifecycleConfiguration` document equivalent to `policy` (decision 1923).
+    """An S3 `PutBucketLifecycleConfiguration` document equivalent to `policy`.
 
     S3 counts days from an object's creation, not from the crawl date in its key, and rounds to the
     next midnight UTC, so an object goes at most about a day after `crawler retention` would delete it.

@@ -65,7 +65,7 @@ class RobotsPolicy:
     match_budget: the work that matching one URL may cost, in units of about a nanosecond on the
         benchmark machine (1,048,576, about 1 ms; `RobotsRules.check` states the bound). A URL
         that needs more is refused (fail closed) and flagged (`RobotsCheck.over_budget`); none of
-        4,623 real files needs it for a path of up to 500 octets (docs/decisions/3720).
+        4,623 real files needs it for a path of up to 500 octets.
     """
 
     max_bytes: int = 512 * _KIB
@@ -227,7 +227,7 @@ _Bucket = tuple[tuple[_Rule, ...], "_Probed | None"]
 _Matcher = tuple[dict[str, _Bucket], "_Bucket | None"]
 
 # The work of matching one URL, in units of about a nanosecond on the benchmark machine, each
-# weight set from the slowest input measured for its step (docs/decisions/3720): a dictionary probe
+# weight set from the slowest input measured for its step: a dictionary probe
 # costs _PROBE_WORK plus the octets hashed; a wildcard rule examined _RULE_WORK; a search for one of
 # its pieces _PIECE_WORK plus 2 per place where the piece could start and 4 plus its length per
 # place where the path holds the piece's last octet (`str.find` compares the rest only there, up to
@@ -601,7 +601,7 @@ class RobotsRules:
         spelling. A URL that would overdraw the budget is refused and `over_budget` says so: such an
         answer may refuse what the file allows, never the reverse. Measured: at most about 1 ms
         for any file of up to 512 KiB, under 0.5 ms for the costliest real ones at paths of up to
-        250 octets, a few microseconds for ordinary files (docs/decisions/3720). Never raises.
+        250 octets, a few microseconds for ordinary files. Never raises.
         """
         path = url_match_path(url)
         if path == "/robots.txt":

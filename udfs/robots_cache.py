@@ -1,8 +1,8 @@
 """Parsed robots.txt rules shared by every host whose robots.txt is byte for byte the same.
 
 The frontier keeps each host's robots.txt body in state and its parsed rules in a per-host cache; with
-more active hosts than that cache holds, every event of an evicted host parsed its body again, and
-parsing was the frontier's largest cost in the crawl benchmark (decision 1613). Many hosts serve the
+more active hosts than that cache holds, every event of an evicted host would parse its body again, and
+parsing would be the frontier's largest cost in the crawl benchmark (decision 1613). Many hosts serve the
 same file (a CMS's default, one company's many names), so the parse is keyed by the body's digest:
 a host that misses its own cache entry costs a hash and a lookup, not a parse.
 

@@ -61,7 +61,7 @@ class SitemapPolicy:
     parse_feeds: read RSS 2.0, Atom and JSON Feed bodies as lists of URLs (on).
     parse_text: read other bodies as text sitemaps, one URL per line (on).
     follow: the job fetches the sitemaps a host's robots.txt lists and sitemap indexes name, and
-        queues the pages they list (on; decision 1812).
+        queues the pages they list (on).
     max_per_host: `Sitemap:` lines of one robots.txt followed (8; the first ones on the host itself).
     """
 
@@ -129,7 +129,7 @@ class SitemapResult:
 
 def parse_sitemap(body: bytes, *, url: str | None = None, content_type: str | None = None,
                   policy: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> SitemapResult:
-    """The entries of a sitemap, sitemap index, text sitemap or feed (sitemaps.org protocol; decision 0401).
+    """The entries of a sitemap, sitemap index, text sitemap or feed (sitemaps.org protocol).
 
     `url` (where the body came from) resolves relative links of feeds; `content_type`
     only breaks ties: bodies are recognised by their bytes. Never raises.
@@ -143,7 +143,7 @@ def parse_sitemap(body: bytes, *, url: str | None = None, content_type: str | No
 
 
 def parse_lastmod(text: str) -> int | None:
-    """A W3C Datetime / RFC 3339 / RFC 2822 date as Unix seconds (naive means UTC), else None (decision 0401)."""
+    """A W3C Datetime / RFC 3339 / RFC 2822 date as Unix seconds (naive means UTC), else None."""
     return _parse_lastmod(text.strip())
 
 
@@ -180,7 +180,7 @@ def _zone_offset(zone: str | None) -> int:
 
 
 def sitemap_loc_allowed(sitemap_url: str, loc: str, *, robots_hosts: frozenset[str] = frozenset()) -> bool:
-    """Whether a sitemap may list `loc` (sitemaps.org "Sitemap file location" and cross-submission; decision 0402).
+    """Whether a sitemap may list `loc` (sitemaps.org "Sitemap file location" and cross-submission).
 
     Allowed when `loc` has the sitemap's scheme and host and lies under the sitemap's directory, or
     when `loc`'s host (lower case, with a non-default port) is in `robots_hosts`, the hosts whose
@@ -558,13 +558,13 @@ def followable(sitemap_url: str, result: SitemapResult, sitemap_for: str | None 
     """The URLs of `result` (the sitemap fetched from `sitemap_url`) that the crawler follows.
 
     The job fetches sitemaps a robots.txt lists, or that an index on the same host names, so each
-    counts as cross-submitted by its host (decision 0402): a page on the sitemap's own scheme and host,
+    counts as cross-submitted by its host: a page on the sitemap's own scheme and host,
     in any directory, is followed with what the sitemap says about it. `sitemap_for` is the host key
     (udfs.urls.host_key) of another host whose robots.txt listed this sitemap (sitemaps.org
     cross-submission): the sitemap speaks for that host too, so its pages (either scheme) are followed
-    with their hints as well, and an index's sitemaps on it are followed (decision 1816). A page on any
+    with their hints as well, and an index's sitemaps on it are followed. A page on any
     other host is followed like a link on a page, without the sitemap's hints; an index's sitemap there
-    is not followed (decision 1812). Never raises.
+    is not followed. Never raises.
     """
     try:
         own = host_key(sitemap_url)

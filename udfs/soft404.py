@@ -12,7 +12,7 @@ is repeated after `retry_after_s` (`probe_due`).
 Bar-Yossef et al., "Sic Transit Gloria Telae" (WWW 2004) introduced the random-path probe. The title
 rule exists because an error page that echoes the requested path changes a large share of a short
 page's words: on the synthetic web's soft-404 pages the SimHash distance between two such answers
-reached 27 bits, far past k = 3, while their titles were identical (measured: decision 1802).
+reached 27 bits, far past k = 3, while their titles were identical.
 
 Rows are plain JSON text with a schema version. Randomness and time are injected.
 """
@@ -65,7 +65,7 @@ class Soft404Policy:
     """Soft-404 detection (config section `[soft404]`); defaults documented here.
 
     enabled: probe each host once (robots.txt and tdmrep.json first) and check its 200 pages against
-        the answer (True; decision 1844 wires it into the job).
+        the answer (True; decision 1844).
     max_hamming: a 200 page whose SimHash is within this many bits of the probe's is the error page
         (3: the near-duplicate distance of Manku et al. 2007, also `dedup`'s).
     use_title: also call a page a soft 404 when its title equals the probe's (True).
@@ -105,7 +105,7 @@ DEFAULT_SOFT404_POLICY = Soft404Policy()
 
 
 def probe_url(host: str, rng: random.Random, scheme: str = "http") -> str:
-    """A URL on `host` that should not exist but looks like a page: `/<word>-<16 hex>.html` (decision 1802).
+    """A URL on `host` that should not exist but looks like a page: `/<word>-<16 hex>.html`.
 
     `host` is the frontier's host key (name, with a port when it has one); `rng` is injected so
     tests and replays are deterministic. 64 random bits make a collision with a real page negligible.
@@ -123,7 +123,7 @@ def normalize_title(title: Any) -> str:
 
 @dataclass(frozen=True)
 class ProbeRow:
-    """A host's probe answer (decision 1802).
+    """A host's probe answer.
 
     status: the HTTP status, or None when no response came (timeout, network error).
     simhash: the SimHash of the answer's text (200 answers; None otherwise).
@@ -183,13 +183,13 @@ def is_suspect(probe: ProbeRow | None) -> bool:
 
 
 def is_honest(probe: ProbeRow | None) -> bool:
-    """The probe was answered 404 or 410: the host reports missing pages, so its 200s are trusted (decision 1802)."""
+    """The probe was answered 404 or 410: the host reports missing pages, so its 200s are trusted."""
     return probe is not None and probe.status in _HONEST_STATUSES
 
 
 def preflight_answer(probe: ProbeRow | None, status: Any, redirected: Any, now: float,
                      policy: Soft404Policy = DEFAULT_SOFT404_POLICY) -> ProbeRow | None:
-    """The probe answer a host's own 404 or 410 to `/.well-known/tdmrep.json` gives (decision 1821), or None.
+    """The probe answer a host's own 404 or 410 to `/.well-known/tdmrep.json` gives, or None.
 
     Most hosts have no tdmrep.json, and the crawler asks for it before the probe: a host that answers
     it 404 or 410 itself (no redirect) reports missing paths, which is all an honest probe answer says.
@@ -207,7 +207,7 @@ def preflight_answer(probe: ProbeRow | None, status: Any, redirected: Any, now: 
 
 
 def probe_due(probe: ProbeRow | None, now: float, policy: Soft404Policy = DEFAULT_SOFT404_POLICY) -> bool:
-    """Whether the host should be probed (again) at `now` (decision 1802).
+    """Whether the host should be probed (again) at `now`.
 
     Never probed: due. A conclusive answer (404, 410 or 200 with a SimHash) is repeated after
     `reprobe_after_s`; anything else after `retry_after_s`. A clock before the answer: not due.
@@ -221,7 +221,7 @@ def probe_due(probe: ProbeRow | None, now: float, policy: Soft404Policy = DEFAUL
 
 def is_soft_404(probe: ProbeRow | None, http_status: Any, simhash: Any, length: Any, title: Any = None,
                 policy: Soft404Policy = DEFAULT_SOFT404_POLICY) -> bool:
-    """Whether a page is the host's "not found" page served with 200 (soft-404; decision 1802).
+    """Whether a page is the host's "not found" page served with 200 (soft-404).
 
     Only a 200 page of a host whose probe was answered 200 is checked; an honest probe (404/410) or
     an inconclusive one means no. A page is a soft 404 when its length is within `min_length_ratio`

@@ -85,7 +85,7 @@ REASONS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class HostTrapSummary:
-    """Per-host memory of the session-id rule: per session key, the session values seen (decisions 0400, 1803).
+    """Per-host memory of the session-id rule: per session key, the session values seen.
 
     entries: `(session_key, value_hashes)` pairs, most recently used last (accepted by `with_url` or
     rejected as churn, `touched`); bounded by `TrapPolicy.session_keys_per_host` keys, the least
@@ -116,7 +116,7 @@ class HostTrapSummary:
         return None
 
     def with_url(self, url: str, policy: TrapPolicy) -> HostTrapSummary:
-        """The summary after `url` was accepted (decisions 0400, 1803); unchanged for URLs without a session parameter.
+        """The summary after `url` was accepted; unchanged for URLs without a session parameter.
 
         A key in `entries` records the value; a counted key counts one more; a new key enters
         `entries`, and the least recently used key it pushes out is counted from then on.
@@ -144,7 +144,7 @@ class HostTrapSummary:
         return HostTrapSummary(kept[cut:], counted[max(len(counted) - policy.session_counted_keys, 0):])
 
     def touched(self, url: str) -> HostTrapSummary:
-        """The summary after the session-id rule rejected `url`: its key becomes the most recently used (decision 1803).
+        """The summary after the session-id rule rejected `url`: its key becomes the most recently used.
 
         A rejection counts as use: a path whose new session ids keep being rejected stays remembered
         while quieter paths are forgotten first, so its limit keeps holding. Values are not
@@ -219,7 +219,7 @@ class TrapPolicy:
         leaving first (64).
     session_counted_keys: keys remembered per host after they leave those 64, as a 32-bit hash and
         a count of admitted values only, least recently used forgotten first (512; 0 keeps none;
-        decision 1803: the synthetic web's big session trap churns about 190 paths at once).
+        the synthetic web's big session trap churns about 190 paths at once).
     max_crawl_depth: most links followed from a seed (20, Heritrix's `TooManyHopsDecideRule` default).
     """
 
@@ -306,7 +306,7 @@ class Chain:
 
 
 def check_url(url: str, context: TrapContext, policy: TrapPolicy = DEFAULT_TRAP_POLICY) -> Verdict:
-    """The verdict of the policy's chain on a normalised URL (decision 0400). Never raises."""
+    """The verdict of the policy's chain on a normalised URL. Never raises."""
     try:
         chain = build_chain(policy)
     except Exception:  # an unhashable hand-built policy: fail closed like a step would
@@ -316,7 +316,7 @@ def check_url(url: str, context: TrapContext, policy: TrapPolicy = DEFAULT_TRAP_
 
 @functools.lru_cache(maxsize=16)
 def build_chain(policy: TrapPolicy = DEFAULT_TRAP_POLICY) -> Chain:
-    """The chain of the steps named in `policy.steps`, in that order (decision 0400)."""
+    """The chain of the steps named in `policy.steps`, in that order."""
     return Chain(tuple(Rule(name, _RULES[name], policy) for name in policy.steps))
 
 
@@ -327,7 +327,7 @@ def _url_length(url: str, context: TrapContext, policy: TrapPolicy) -> str | Non
 
 
 # The path and query of a plain absolute http(s) URL, as normalize_url writes them: the same parts
-# urlsplit finds, in a tenth of its time (it was a tenth of admission; bench/bench_frontier.py).
+# urlsplit finds, in a tenth of its time (urlsplit would be a tenth of admission; bench/bench_frontier.py).
 _PLAIN_URL = re.compile(r"https?://[^/?#\[\]]*(/[^?#]*)?(?:\?([^#]*))?(?:#|\Z)")
 
 
@@ -437,7 +437,7 @@ def _is_session_param(name: str, value: str) -> bool:
 
 
 def session_key(url: str) -> str | None:
-    """The URL without its session values, naming the session parameters; None when it has none (decision 0400)."""
+    """The URL without its session values, naming the session parameters; None when it has none."""
     return _session_parts(url)[0]
 
 

@@ -3,7 +3,7 @@
 Parsing follows the WHATWG URL Standard through `ada-url` (resolution against a base, IDNA to
 punycode, IPv4/IPv6 host parsing, default ports, dot segments, percent-encoding of what must be
 encoded). On the parsed URL we then apply the safe RFC 3986 §6.2.2 rules and the crawler's own
-equivalences (decision 0101): unreserved escapes decoded, other escapes in upper case, stray `%`
+equivalences: unreserved escapes decoded, other escapes in upper case, stray `%`
 and characters RFC 3986 does not allow escaped, fragment dropped, empty query and trailing host
 dot removed, userinfo dropped, repeated slashes merged, tracking and session-id parameters stripped,
 query pairs sorted by name. Anything not fetchable over http(s) normalises to None; nothing here raises on a
@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 # Query parameters that only say where a click came from (ad networks, mail tools, analytics).
-# No public suite exists for these; the list is ours (decision 0101). Compared in lower case.
+# No public suite exists for these; the list is ours. Compared in lower case.
 TRACKING_PARAMS: frozenset[str] = frozenset({
     "gclid", "gclsrc", "dclid", "gbraid", "wbraid", "gad_source", "srsltid",   # Google Ads/Shopping
     "fbclid", "igshid", "twclid", "ttclid", "li_fat_id", "epik", "rdt_cid",    # social networks
@@ -87,7 +87,7 @@ class UrlPolicy:
     """How URLs are normalised (config section `[urls]`); each default is the documented one.
 
     max_length: longest normalised URL kept, in characters (docs/architecture.md §7: 2,048).
-    sort_query: sort query pairs by name, stable for repeated names (decision 0101: on).
+    sort_query: sort query pairs by name, stable for repeated names (default on).
     strip_tracking: drop TRACKING_PARAMS / TRACKING_PREFIXES and `extra_strip_params`.
     strip_session_ids: drop jsessionid/phpsessid/sid/aspsessionid* in Heritrix's value shapes.
     merge_slashes: collapse `//` runs in the path into `/` (Nutch/crawler-commons behaviour).
@@ -129,7 +129,7 @@ DEFAULT_URL_POLICY = UrlPolicy()
 
 
 def normalize_url(url: str, base: str | None = None, policy: UrlPolicy = DEFAULT_URL_POLICY) -> str | None:
-    """The canonical absolute http(s) form of `url` resolved against `base`, or None (decision 0101).
+    """The canonical absolute http(s) form of `url` resolved against `base`, or None.
 
     WHATWG parsing (ada-url), then RFC 3986 §6.2.2 syntax-based normalisation and the crawler's
     equivalences listed in the module docstring. None for other schemes, no or invalid host,
@@ -171,11 +171,11 @@ def _normalize(url: str, base: str | None, policy: UrlPolicy) -> str | None:
 
 
 def _is_clean(url: str, policy: UrlPolicy) -> bool:
-    """True if `url` is already its own normal form, so parsing can be skipped (decision 0100).
+    """True if `url` is already its own normal form, so parsing can be skipped.
 
     Absolute (a base changes nothing), lower-case scheme and LDH host whose last label cannot be a
     number (no IPv4 reading) and with no punycode to validate, no port but a non-default one written
-    without leading zeros (decision 1827), no userinfo, escape, query, fragment, dot segment, empty
+    without leading zeros, no userinfo, escape, query, fragment, dot segment, empty
     segment or `;` parameter.
     """
     if len(url) > policy.max_length:
@@ -314,7 +314,7 @@ def is_fp(value: object) -> bool:
 
 
 def url_fp(normalized_url: str) -> int:
-    """Stable unsigned 64-bit fingerprint of a normalised URL (docs/architecture.md §3 `url_fp`; decision 0102).
+    """Stable unsigned 64-bit fingerprint of a normalised URL (docs/architecture.md §3 `url_fp`).
 
     MurmurHash3 x64-128 of the UTF-8 bytes with the fixed seed FP_SEED, first 64 bits.
     """
@@ -347,7 +347,7 @@ _extractor: tldextract.TLDExtract | None = None
 
 
 def registrable_domain(host: str) -> str:
-    """The registrable domain (eTLD+1, ICANN section of the Public Suffix List) of `host` (decision 0102).
+    """The registrable domain (eTLD+1, ICANN section of the Public Suffix List) of `host`.
 
     Uses tldextract's bundled suffix list, never the network. A port is ignored; IP addresses,
     single-label hosts and bare public suffixes are their own registrable domain. A top-level label

@@ -47,7 +47,7 @@ CT_WARC_FIELDS = "application/warc-fields"
 CT_HTTP_REQUEST = "application/http;msgtype=request"
 CT_HTTP_RESPONSE = "application/http;msgtype=response"
 
-# Headers renamed because the stored payload no longer has the shape they describe (decision 0501).
+# Headers renamed because the stored payload does not have the shape they describe.
 STORED_PREFIX = "X-Crawler-"
 
 _CTL = re.compile(r"[\x00-\x1f\x7f]")
@@ -72,18 +72,18 @@ class WarcPolicy:
     """How records are written (config section `warc`).
 
     digest_algorithm: "sha1" (default; what CDX indexes and dedup tools expect) or "sha256";
-        both are written in base32 and accepted by warcio, jwarc and FastWARC (decision 0500).
+        both are written in base32 and accepted by warcio, jwarc and FastWARC.
     date_precision: "microseconds" (default; WARC 1.1 §5.4 allows fractions, as warcio writes
         for 1.1) or "seconds" (the WARC 1.0 form, for readers that only know it).
     gzip_level: deflate level 1-9 of each record's gzip member (zlib-ng, decision 1822; libdeflate for the
         packed response block, decision 1831); 6 trades size for speed.
     software: the `software` field of warcinfo records.
     pack_in_parse: true (default): each response block is deflated where its page is parsed and only a
-        fifth of its bytes travel on to the writer (decision 1823); false: the writer deflates whole records.
+        fifth of its bytes travel on to the writer; false: the writer deflates whole records.
     group_commit_ms: how long a capture written to a local file may wait for the fsync that makes it
         durable, its events held until then (in keyed state, decision 3780); the captures written
         meanwhile share that fsync (decision 1832). 0 (default): an fsync per capture and nothing held,
-        which costs less than holding each capture in state where fsync is cheap (decision 3780).
+        which costs less than holding each capture in state where fsync is cheap.
         Object storage ignores it (an upload makes a file durable).
     lease_extend_every_s: while a held capture's events wait (an upload, above all during an object-store
         outage), the writer sends the frontier a `lease_extend` for its page lease this often, the first
@@ -139,7 +139,7 @@ class RecordInfo:
 @dataclasses.dataclass(frozen=True)
 class PackedBlock:
     """A response record's block (HTTP head + payload) and the record's closing CRLFs, deflated ahead of
-    the record (decision 1823), with what the record's named fields need to know of them.
+    the record, with what the record's named fields need to know of them.
 
     The stage that parsed the page packs it, so the decoded page does not travel on to the writer (a
     fifth of the bytes do); the writer deflates only the named fields in front, which depend on the file
@@ -206,7 +206,7 @@ class WarcRecord:
     def to_gzip(self, level: int = 6) -> bytes:
         """The record as exactly one gzip member (WARC 1.1 Annex D.2), mtime 0 so output is reproducible.
 
-        zlib-ng writes the same format as zlib, about 0.5% larger at level 6, in half its CPU time (decision 1822).
+        zlib-ng writes the same format as zlib, about 0.5% larger at level 6, in half its CPU time.
         A packed block was deflated at its packer's level; only the named fields are deflated here."""
         if isinstance(self.block, PackedBlock):
             return self.block.member(self.front(), level)
@@ -283,7 +283,7 @@ def _header_bytes(text: str) -> bytes:
 
 
 def stored_http_headers(headers: Fields, stored_length: int) -> list[tuple[str, str]]:
-    """The response headers as archived with a de-chunked, content-decoded payload (decision 0501).
+    """The response headers as archived with a de-chunked, content-decoded payload.
 
     Transfer-Encoding and Content-Encoding (other than identity) become `X-Crawler-...`; a
     Content-Length that differs from `stored_length` is kept as `X-Crawler-Content-Length` and a
@@ -393,7 +393,7 @@ class WarcBuilder:
 
     def pack_response(self, status: int, reason: str, headers: Fields, body: bytes, *,
                       http_version: str = "HTTP/1.1") -> PackedBlock:
-        """The block `response` builds from these, packed for a writer elsewhere (decision 1823):
+        """The block `response` builds from these, packed for a writer elsewhere:
         deflated at the policy's `gzip_level`, digested with its `digest_algorithm`. Raises as `response` does."""
         head, stored = _stored_response_head(status, reason, headers, len(body), http_version)
         algorithm = self.policy.digest_algorithm
@@ -401,7 +401,7 @@ class WarcBuilder:
         block_hash.update(body)
         block = b"".join((head, body, RECORD_END))
         # libdeflate: one call over the whole block, smaller and faster than a zlib stream at the same
-        # level (decision 1831); the block ends the member, so its final deflate block ends the stream.
+        # level; the block ends the member, so its final deflate block ends the stream.
         return PackedBlock(deflated=libdeflate.deflate_compress(block, self.policy.gzip_level), crc=zlib_ng.crc32(block),
                            length=len(head) + len(body), block_digest=_digest_value(algorithm, block_hash),
                            payload_digest=digest(body, algorithm), payload_length=len(body), status=status,
@@ -549,7 +549,7 @@ def _check_id(record_id: str | None) -> str:
 
 def _stored_response_head(status: int, reason: str, headers: Fields, stored_length: int,
                           http_version: str) -> tuple[bytes, list[tuple[str, str]]]:
-    """The HTTP head of a response record or revisit as stored (decision 0501), and its stored headers."""
+    """The HTTP head of a response record or revisit as stored, and its stored headers."""
     _check_status(status, http_version)
     stored = stored_http_headers(headers, stored_length)
     return http_response_head(status, reason, stored, http_version), stored
