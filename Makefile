@@ -13,7 +13,11 @@ UV_VERSION := 0.13.8
 UV_HOME := .cache/uv-$(UV_VERSION)
 UV     := $(UV_HOME)/bin/uv
 
-.PHONY: install lock test test-unit test-integration demo bench bench-udfs bench-crawl bench-state bench-freshness clean
+# The runtime closure of the lock as files, for the test that installs the wheel in a fresh venv where the
+# test network reaches no registry (tests/integration/test_wheel_install.py).
+WHEELHOUSE := .cache/wheelhouse
+
+.PHONY: install wheelhouse lock test test-unit test-integration demo bench bench-udfs bench-crawl bench-state bench-freshness clean
 
 install: $(STAMP)
 
@@ -30,6 +34,20 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(PY) -m crawler install
 	@touch $(STAMP)
 
+wheelhouse: $(WHEELHOUSE)/.stamp
+
+# pip, setuptools and wheel (the fresh venv's own pip is too old for --build-constraint), then the runtime
+# pins of pyproject.toml and what they pull in, every file checked against the lock's hashes.
+$(WHEELHOUSE)/.stamp: pyproject.toml $(LOCK) | install
+	mkdir -p $(WHEELHOUSE)
+	for tool in pip setuptools wheel; do sed -n "/^$$tool==/,/# via/p" $(LOCK); done > $(WHEELHOUSE)/tools.txt
+	$(PY) -m pip download -q --require-hashes --no-deps -d $(WHEELHOUSE) -r $(WHEELHOUSE)/tools.txt
+	$(PY) -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+	    > $(WHEELHOUSE)/runtime.txt
+	$(PY) -m pip download -q --require-hashes --build-constraint $(LOCK) -c $(LOCK) -d $(WHEELHOUSE) \
+	    -r $(WHEELHOUSE)/runtime.txt
+	@touch $@
+
 lock: $(UV)
 	printf '%s\n' $(LOCK_TOOLS) | $(UV) pip compile pyproject.toml - --extra test --universal \
 	    --python-version 3.11 --generate-hashes --custom-compile-command 'make lock' --quiet $(LOCK_FLAGS) -o $(LOCK)
@@ -39,13 +57,13 @@ $(UV):
 	$(UV_HOME)/bin/pip install -q uv==$(UV_VERSION)
 
 # Every test, inside a loopback-only network namespace (see scripts/in-netns.sh).
-test: install
+test: install wheelhouse
 	scripts/in-netns.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: install
 	scripts/in-netns.sh $(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: install
+test-integration: install wheelhouse
 	scripts/in-netns.sh $(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 demo: install

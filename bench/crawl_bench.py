@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.sections import replace_between
+from crawler.paths import CACHE
 from udfs.latency import LEASE_TRIP_GAUGES
 from udfs.soft404 import PROBE_PATH
 
@@ -47,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 IMG_DIR = ROOT / "docs" / "img"
 BEGIN, END = "<!-- bench-crawl:begin -->", "<!-- bench-crawl:end -->"
-BENCH_STATE = ROOT / ".cache" / "bench-stack"
+BENCH_STATE = CACHE / "bench-stack"
 WEB_ALLOW, WEB_DENY = ["127.0.0.0/8"], ["127.255.0.0/16"]  # the web is loopback; one range stays denied
 # Per-host files fetched before pages (robots.txt, its redirect target, TDMRep's tdmrep.json): not pages.
 PREFLIGHT_PATHS = ("/robots.txt", "/robots-moved.txt", "/.well-known/tdmrep.json")
@@ -920,7 +921,8 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
     finally:
         if poison_timer is not None:
             poison_timer.cancel()
-        dns.stop()
+        if zones:
+            dns.stop()
         progress("ours: stopping the private stack")
         stack.down()
     summary = summarize([p for _, p in pages], [e for _, e in outcomes], time.monotonic() - started, metrics)

@@ -30,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from bench.sections import replace_between
+from crawler.paths import CACHE
 
 ROOT = Path(__file__).resolve().parents[1]
-STATE = ROOT / ".cache" / "bench-stack"
+STATE = CACHE / "bench-stack"
 SCHEDULERS = ("adaptive", "uniform", "halve")
 LABELS = {"adaptive": "ours (`adaptive`)", "uniform": "uniform", "halve": "halve on change, ×1.5 otherwise"}
 DAY = 86_400.0

@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException
@@ -48,12 +49,15 @@ class ReadLimits:
     idle_timeout_s: stop once no message arrived for this long, seconds (None: run until stopped).
     batch_size: messages handed to the handler at most at once (500); offsets are committed per batch.
     poll_s: how long one poll waits for messages (0.5 s): the latency of a partial batch.
+    heartbeat: a file whose modification time is set after every poll (None: none), so a liveness
+        probe can tell a consumer that reads from one stuck in a poll or in handling a batch.
     """
 
     max_records: int | None = None
     idle_timeout_s: float | None = None
     batch_size: int = DEFAULT_BATCH
     poll_s: float = 0.5
+    heartbeat: Path | None = None
 
     def __post_init__(self) -> None:
         if self.max_records is not None and (not isinstance(self.max_records, int) or self.max_records < 1):
@@ -94,6 +98,7 @@ def consume_batches(bootstrap: str, topics: Sequence[str], group_id: str, limits
                                                                              limits.max_records - handled)
             batch = [_message(m) for m in consumer.consume(num_messages=want, timeout=limits.poll_s)
                      if _usable(m)]
+            beat(limits.heartbeat)
             if not batch:
                 if limits.idle_timeout_s is not None and clock() - last_seen >= limits.idle_timeout_s:
                     break
@@ -105,6 +110,12 @@ def consume_batches(bootstrap: str, topics: Sequence[str], group_id: str, limits
     finally:
         consumer.close()
     return handled
+
+
+def beat(heartbeat: Path | None) -> None:
+    """Set the heartbeat file's modification time to now (creating it); nothing without one."""
+    if heartbeat is not None:
+        heartbeat.touch()
 
 
 def _usable(msg: Any) -> bool:

@@ -25,10 +25,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from crawler.paths import ROOT
+from crawler.paths import OUT
 
 AUDIT_ENV = "CRAWLER_AUDIT_LOG"
-DEFAULT_AUDIT_PATH = ROOT / "out" / "audit.jsonl"
+DEFAULT_AUDIT_PATH = OUT / "audit.jsonl"
 AUDIT_VERSION = 1
 MAX_ACTOR_LENGTH = 200
 # An actor names a person or a service account: printable, no control characters (they end up in logs).

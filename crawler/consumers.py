@@ -53,6 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     reading.add_argument("--idle-timeout", type=float, help="stop after this many seconds without a message")
     reading.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
                          help="messages per write and offset commit (default %(default)s)")
+    reading.add_argument("--health-file", type=Path, metavar="FILE",
+                         help="touched after every poll: a liveness probe checks its age")
     reading.add_argument("--dead-letter", type=Path, metavar="FILE",
                          help="JSON-lines file of the records that cannot be handled, with the reason "
                               f"(default: OUT/{CORPUS_DEAD_LETTER} for corpus, DB{INDEX_DEAD_LETTER_SUFFIX} for index)")
@@ -113,7 +115,8 @@ def read_limits(args: argparse.Namespace) -> ReadLimits:
     if not all(_HOST_PORT.fullmatch(part) for part in args.bootstrap.split(",")):
         raise ValueError(f"--bootstrap must be host:port[,host:port...], got {args.bootstrap!r}")
     try:
-        return ReadLimits(max_records=args.max_records, idle_timeout_s=args.idle_timeout, batch_size=args.batch_size)
+        return ReadLimits(max_records=args.max_records, idle_timeout_s=args.idle_timeout, batch_size=args.batch_size,
+                          heartbeat=args.health_file)
     except ValueError as exc:
         raise ValueError(f"{_option_name(str(exc))}: {exc}") from None
 

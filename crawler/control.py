@@ -55,6 +55,10 @@ _TOKEN68 = re.compile(r"[A-Za-z0-9._~+/-]+=*")   # RFC 6750's b64token: what fit
 _LOG = logging.getLogger("crawler.control")
 
 
+READY_TIMEOUT_S = 2.0   # /readyz: how long the broker has to answer a metadata request
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})   # answered without a token: they do and reveal nothing
+
+
 class KafkaUnavailable(RuntimeError):
     """Kafka did not take or give the records in time; the message says which topic."""
 
@@ -103,6 +107,14 @@ class ControlWriter:
         except KafkaUnavailable as exc:
             _LOG.warning("could not record the rejected command on %s: %s", TOPIC_STATUS, exc)
         return record
+
+    def ready(self, timeout_s: float = READY_TIMEOUT_S) -> bool:
+        """Whether the cluster answers a metadata request within `timeout_s` (the API's /readyz)."""
+        try:
+            kafka_io.list_topics(self.bootstrap, timeout_s=timeout_s)
+        except KafkaException:
+            return False
+        return True
 
     def host_view(self, host: str) -> HostView | None:
         """The controls recorded for `host` (already normalised), read back from the whole of
@@ -534,8 +546,23 @@ def make_app(writer: ControlWriter, audit: AuditLog | None = None, *, tokens: Ap
         web.post("/v1/pause", _post_pause),
         web.post("/v1/resume", _post_resume),
         web.post("/v1/takedowns", _post_takedown),
+        web.get("/healthz", _healthz),
+        web.get("/readyz", _readyz),
     ])
     return app
+
+
+async def _healthz(request: web.Request) -> web.Response:
+    """Liveness: the server answers. No Kafka call, so a broker outage does not restart the API."""
+    return web.json_response({"status": "ok"})
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    """Readiness: the broker answers a metadata request within READY_TIMEOUT_S; 503 otherwise."""
+    if await asyncio.to_thread(request.app[_WRITER].ready):
+        return web.json_response({"status": "ready"})
+    return web.json_response({"status": "unready", "error": f"Kafka at {request.app[_WRITER].bootstrap} "
+                              f"did not answer within {READY_TIMEOUT_S:g} s"}, status=503)
 
 
 async def _close_views(app: web.Application) -> None:
@@ -554,7 +581,10 @@ class _Refused(Exception):
 async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Who may act: a request a web page may have sent is 403, one without a known token 401. Both are
     answered before the body is read, logged without the token and not written to Kafka (a page could
-    otherwise fill crawl.status)."""
+    otherwise fill crawl.status). The probes (GET /healthz, /readyz) are open: the kubelet sends neither
+    a token nor a loopback Host, and they change nothing and reveal nothing."""
+    if request.method == "GET" and request.path in PROBE_PATHS:
+        return await handler(request)
     refusal = browser_refusal(request.headers, request.app[_ALLOWED_HOSTS])
     status, extra = 403, None
     if refusal is None:

@@ -20,7 +20,7 @@ from typing import Any
 
 
 from crawler import kafka_io
-from crawler.paths import CACHE, ROOT
+from crawler.paths import OUT, ROOT
 from crawler.stack import Stack, StackConfig
 from udfs.config import ConfigError, load_config
 from udfs.control import check_seeds, seed_batches
@@ -267,5 +267,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser("demo", help="crawl the bundled synthetic web on this machine")
     demo.add_argument("--hosts", type=int, default=200, help="hosts in the synthetic web")
     demo.add_argument("--duration", type=float, default=90.0, help="seconds of crawling")
-    demo.add_argument("--out", type=Path, default=CACHE.parent / "out" / "demo")
+    demo.add_argument("--out", type=Path, default=OUT / "demo")
     demo.set_defaults(func=_cmd_demo)

@@ -5,8 +5,8 @@ site-packages is not ours to change. So we build a cluster home under .cache (`f
 `bin/` copied (the scripts find FLINK_HOME from their own real location), `opt/` and `plugins/`
 linked to the distribution's, and a real `lib/` of links to the distribution's jars plus
 `opt/flink-python-*.jar` (without it a second thread-mode job on a TaskManager fails in pemja,
-docs/architecture.md §4) plus the Kafka connector from `java/flink-connectors/pom.xml`. Each stack
-renders its own conf dir from `flink-conf/config.yaml` (docs/decisions/0600-flink-conf-template.md);
+docs/architecture.md §4) plus the Kafka connector from `crawler/java/flink-connectors/pom.xml`. Each stack
+renders its own conf dir from `crawler/flink-conf/config.yaml` (docs/decisions/0600-flink-conf-template.md);
 the home's `conf/` is the default stack's, so a bare `<home>/bin/flink run -py job.py` talks to
 the cluster `crawler up` started.
 
@@ -37,11 +37,11 @@ from typing import Any
 
 from crawler import maven
 from crawler.daemon import Daemon
-from crawler.paths import CACHE, ROOT
+from crawler.paths import CACHE, FLINK_CONF
 
 HOME = CACHE / "flink-home"
 DEFAULT_STATE = CACHE / "stack" / "flink"
-TEMPLATE_DIR = ROOT / "flink-conf"
+TEMPLATE_DIR = FLINK_CONF
 DEFAULT_REST_PORT = 8081
 # The dashboard is on loopback: an http_proxy from the environment must not be asked for it.
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -100,7 +100,7 @@ def build_home(home: Path = HOME) -> Path:
 
 def render_conf(conf_dir: Path, state_dir: Path, *, rest_port: int = DEFAULT_REST_PORT,
                 python: str | None = None, settings: Mapping[str, str] | None = None) -> Path:
-    """Write the effective conf dir: flink-conf/config.yaml with its placeholders replaced by absolute
+    """Write the effective conf dir: crawler/flink-conf/config.yaml with its placeholders replaced by absolute
     paths (state folder, virtualenv python and its site-packages, REST port), then `settings` as
     flat `key: value` lines (Flink reads the file in order, so a later key wins over the template's),
     plus the distribution's logging configs."""
@@ -112,7 +112,7 @@ def render_conf(conf_dir: Path, state_dir: Path, *, rest_port: int = DEFAULT_RES
         text = text.replace(placeholder, value)
     left = re.search(r"\{\{\w+\}\}", text)
     if left:
-        raise FlinkClusterError(f"flink-conf/config.yaml has an unknown placeholder {left.group()}")
+        raise FlinkClusterError(f"crawler/flink-conf/config.yaml has an unknown placeholder {left.group()}")
     if settings:
         text += "\n# This cluster's own settings (crawler.flink_cluster.FlinkCluster(settings=...)).\n"
         text += "".join(f"{key}: {json.dumps(str(value))}\n" for key, value in settings.items())

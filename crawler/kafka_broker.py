@@ -1,7 +1,7 @@
 """A single-node Kafka 4.x broker in KRaft mode (combined broker + controller), for the local stack
 and the integration tests: `KafkaBroker(data_dir, port, controller_port).start()` / `.stop()`.
 
-The jars come from Maven Central through `java/kafka/pom.xml`; everything the broker writes (config,
+The jars come from Maven Central through `crawler/java/kafka/pom.xml`; everything the broker writes (config,
 log segments, its own logs, the pid file) lives under `data_dir`, so a test can use a tmp dir and the
 stack uses `.cache/stack/kafka`.
 """

@@ -1,7 +1,7 @@
 """Java artifacts from Maven Central, resolved by Maven itself and cached under `.cache/maven/`.
 
 Each set of jars the project needs (the Kafka broker, the Flink Kafka connector, validators used by
-tests) is declared as the dependencies of a small `java/<name>/pom.xml`. Maven resolves the transitive
+tests) is declared as the dependencies of a small `crawler/java/<name>/pom.xml`. Maven resolves the transitive
 closure; we copy it into one folder per set and reuse it until the pom changes.
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ class MavenError(RuntimeError):
 
 
 def jar_dir(name: str) -> Path:
-    """The folder holding the resolved jars of `java/<name>/pom.xml`, resolving them on first use."""
+    """The folder holding the resolved jars of `crawler/java/<name>/pom.xml`, resolving them on first use."""
     pom = JAVA / name / "pom.xml"
     if not pom.is_file():
         raise MavenError(f"no jar set called {name!r}: {pom} does not exist")

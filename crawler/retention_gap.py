@@ -1,7 +1,7 @@
 """Retention gaps: records of the job's input topics that Kafka deleted before the job read them.
 
 Kafka deletes a topic's oldest records after its retention (7 days on the local broker, 30 in
-`k8s/kafka-topics.yaml`) whether anyone read them or not. A job restored from a checkpoint or a
+`k8s/base/kafka-topics.yaml`) whether anyone read them or not. A job restored from a checkpoint or a
 savepoint resumes each partition at the offset stored there; if the broker no longer keeps that
 offset, the Kafka source resumes at the earliest offset it does keep (`auto.offset.reset`, which
 `jobs.crawl.kafka_source` sets to earliest) and the records between were never read: discoveries,

@@ -1,7 +1,7 @@
 """An S3-compatible object store on loopback: S3Proxy with its filesystem backend, for the integration
 tests and the local stack: `S3ProxyServer(data_dir, port).start()` / `.stop()`.
 
-The jars come from Maven Central through `java/s3proxy/pom.xml`; everything the server writes (its
+The jars come from Maven Central through `crawler/java/s3proxy/pom.xml`; everything the server writes (its
 properties, the buckets as folders under `data_dir/blobs`, its log, the pid file) lives under
 `data_dir`. Requests are signed (AWS v2 or v4) with `identity`/`credential`, like a real store.
 """

@@ -180,7 +180,7 @@ def ensure_api_token(token_dir: Path, actor: str) -> tuple[Path, bool]:
 
 
 def install() -> Path:
-    """Fetch every jar set of java/*/pom.xml (Kafka broker, Flink connectors, jwarc) with Maven and build the Flink home, starting
+    """Fetch every jar set of crawler/java/*/pom.xml (Kafka broker, Flink connectors, jwarc) with Maven and build the Flink home, starting
     nothing: after this the stack and its tests need no network. Returns the Flink home."""
     for pom in sorted(JAVA.glob("*/pom.xml")):  # every jar set: broker, connectors, test validators
         maven.jar_dir(pom.parent.name)

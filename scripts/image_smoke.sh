@@ -3,7 +3,7 @@
 #   podman run --rm --network none -v "$PWD/scripts/image_smoke.sh:/smoke.sh:ro" IMAGE bash /smoke.sh
 # (scripts/build_image.sh --smoke does so.) Checks: the CLI and its consumers' commands, the packages
 # import, Java 17, Flink's CLI and the scripts Flink's Kubernetes integration runs, the job script at the
-# path k8s/flink-crawl.yaml names, non-root uid 10000, no compiler; then a small PyFlink job on a local
+# path k8s/base/flink-crawl.yaml names, non-root uid 10000, no compiler; then a small PyFlink job on a local
 # MiniCluster in process and thread mode (Python workers, and pemja's interpreter embedded in the JVM).
 # SMOKE_PYFLINK=0 skips the job. Exit 0 only when every check passes.
 set -uo pipefail
@@ -31,7 +31,7 @@ check "Flink's Kubernetes entry points on PATH" bash -c \
 check "FLINK_HOME layout" bash -c 'ls /opt/flink/lib /opt/flink/plugins/s3-fs-presto /opt/flink/opt && test -w /opt/flink/log'
 check "job script at /opt/crawler/jobs/crawl.py" bash -c \
     'python /opt/crawler/jobs/crawl.py --help | head -n 3'
-check "flink-conf template" test -f /opt/crawler/flink-conf/config.yaml
+check "flink-conf template in the wheel" python -c "from crawler.paths import FLINK_CONF, JAVA; assert (FLINK_CONF / 'config.yaml').is_file() and len(list(JAVA.glob('*/pom.xml'))) == 4; print(FLINK_CONF)"
 check "uid is 10000, not root" bash -c 'echo "uid=$(id -u) gid=$(id -g) user=$(id -un)"; test "$(id -u)" = 10000'
 check "working directory writable" bash -c 'echo "$PWD"; touch .smoke && rm .smoke'
 check "no compiler" bash -c \

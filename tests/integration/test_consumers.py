@@ -32,7 +32,9 @@ from crawler.audit import AUDIT_ENV, AuditLog, os_actor, read_audit
 from crawler.cli import main
 from operators.object_store import ObjectStore, make_client
 from udfs.page_facts import parse_result
-from operators.warc_writer import Location, WarcFiles, WarcFileSettings, capture_records, parsed_page
+from operators.warc_files import WarcFiles, WarcFileSettings
+from udfs.page_events import parsed_page
+from udfs.warc_capture import Location, capture_records
 from tests.integration.test_warc_writer import T0 as WARC_T0
 from tests.integration.test_warc_writer import result as warc_result
 from tests.paths import WEBDATA
@@ -110,9 +112,12 @@ def produced(kafka_bootstrap: str, pages: dict[str, dict[str, Any]]) -> dict[str
 
 def test_corpus_consumer_writes_deduplicated_parquet_and_records_drops(kafka_bootstrap, produced, tmp_path):
     out = tmp_path / "corpus"
-    counts = run_corpus(kafka_bootstrap, out, CorpusPolicy(), ReadLimits(idle_timeout_s=IDLE_S, batch_size=4),
+    started = time.time()
+    counts = run_corpus(kafka_bootstrap, out, CorpusPolicy(),
+                        ReadLimits(idle_timeout_s=IDLE_S, batch_size=4, heartbeat=tmp_path / "corpus.health"),
                         group_id=f"corpus-{uuid.uuid4().hex}")
     assert counts["messages"] >= len(produced)
+    assert (tmp_path / "corpus.health").stat().st_mtime >= started   # the liveness probe's heartbeat
 
     table = ds.dataset(out, format="parquet", partitioning="hive").to_table()
     assert {"url", "url_fp", "text", "lang", "title", "fetched_at", "crawl_date", "warc_path", "content_hash",

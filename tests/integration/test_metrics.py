@@ -25,12 +25,12 @@ from crawler import kafka_io
 from crawler.crawl import seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
 from tests.integration.harness import free_port, read_metrics
-from tests.paths import ROOT
+from crawler.paths import FLINK_CONF
 from synthweb import SyntheticWebProcess, build_web, load_log
 from synthweb.model import RobotsVariant, policy_from_dict
 from udfs.config import load_config
 from udfs.fetch_stats import STATUS_CLASSES
-from udfs.frontier_logic import TRAP_METRICS
+from udfs.frontier.admission import TRAP_METRICS
 from udfs.jobconfig import JobPolicy
 from udfs.records import TOPIC_FRONTIER
 
@@ -234,7 +234,7 @@ def test_the_status_classes_add_up_to_the_fetches(metrics_run):
 
 
 def test_the_prometheus_reporter_is_enabled_and_its_plugin_ships_with_pyflink():
-    conf = yaml.safe_load((ROOT / "flink-conf" / "config.yaml").read_text())
+    conf = yaml.safe_load((FLINK_CONF / "config.yaml").read_text())
     prom = conf["metrics"]["reporter"]["prom"]
     assert prom["factory"]["class"] == "org.apache.flink.metrics.prometheus.PrometheusReporterFactory"
     plugins = Path(pyflink.__file__).parent / "plugins" / "metrics-prometheus"
