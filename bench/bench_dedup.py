@@ -75,8 +75,9 @@ def flink_run(pages: int, body_kb: int, mode: str | None) -> float:
     from pyflink.datastream.connectors.number_seq import NumberSequenceSource
 
     from jobs.crawl import python_worker_settings
-    from operators.dedup import BUNDLE_TYPE, add_dedup
-    from udfs.warc import WarcPolicy
+    from jobs.stages import dedup_verdicts
+    from operators.dedup import BUNDLE_TYPE
+    from operators.python_mode import set_python_mode
 
     config = Configuration()
     for key, value in {**python_worker_settings(sys.executable), "python.execution-mode": "process",
@@ -85,18 +86,15 @@ def flink_run(pages: int, body_kb: int, mode: str | None) -> float:
     env = StreamExecutionEnvironment.get_execution_environment(config)
     env.set_parallelism(1)
 
-    def set_mode(_: str) -> None:
-        env.configure(Configuration().set_string("python.execution-mode", mode or "process"))
-
     numbers = env.from_source(NumberSequenceSource(0, pages - 1), WatermarkStrategy.no_watermarks(), "numbers")
     stream = (numbers.uid("numbers").map(lambda i: make_bundle(i, body_kb), output_type=BUNDLE_TYPE)
               .uid("generate").name("generate"))
     if mode is not None:
-        stream = add_dedup(stream, DedupPolicy(), WarcPolicy(), set_mode)
+        stream = dedup_verdicts(stream, DedupPolicy(), state_mode=mode)
     # With dedup, the judged probes (each keeps its page's join key); without, the pages.
     out = stream.flat_map(lambda b: [b["key"] if "key" in b else b["result"]["request"]["lease_id"]],
                           output_type=Types.STRING()).uid("ids")
-    set_mode("thread")
+    set_python_mode(env, "thread")
     start = time.monotonic()
     count = sum(1 for _ in out.execute_and_collect(f"bench-dedup-{mode}"))
     assert count == pages, f"{count} outputs for {pages} pages"

@@ -33,7 +33,8 @@ from pyflink.datastream.functions import MapFunction
 
 from bench.bench_extract import load
 from operators.dedup import BUNDLE_TYPE, join_key
-from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
+from operators.warc_files import WarcFileSettings
+from operators.warc_writer import EVENT_TYPE, WarcWriterFunction
 from tests.integration.harness import FolderFeed, collected, thread_mode_env
 from udfs.page_facts import pack_payload, parse_result
 from udfs.records import TOPIC_OUTCOMES, FetchRequest, FetchResult

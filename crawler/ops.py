@@ -33,10 +33,9 @@ from crawler.paths import ROOT
 from crawler.retention_gap import RetentionGapError, RetentionReport, read_report, refuse_gap
 from crawler.stack import DEFAULT_STATE_DIR
 from udfs.config import ConfigError, CrawlConfig, load_config
+from udfs.jobconfig import JOB_ARGS_KEY
 
 JOB_FILE = ROOT / "jobs" / "crawl.py"
-# The global job parameter under which jobs/crawl.py keeps its argv (a JSON list of strings).
-JOB_ARGS_KEY = "crawler.job-args"
 _JOB_ID = re.compile(r"JobID ([0-9a-f]{32})")
 _SAVEPOINT = re.compile(r"Savepoint completed\. Path: (\S+)")
 

@@ -9,7 +9,8 @@ to `crawl.frontier`, and the ends of leases (completions, the fetcher's robots.t
 results) to `crawl.outcomes`, both keyed by host. Two topics, read by two sources, so that a backlog of
 discoveries never holds back the end of a lease (decision 1610). The fetcher is keyed by server
 address and keeps the per-address limit itself (decision 1612).
-Operator commands on `crawl.control` are validated and broadcast to every frontier subtask.
+Operator commands on `crawl.control` are validated and broadcast to every frontier subtask. The stages
+from the fetcher to the WARC writer are built in jobs/stages.py.
 """
 from __future__ import annotations
 
@@ -37,16 +38,16 @@ from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescri
 from pyflink.table.expressions import col
 
 from crawler.retention_gap import commit_offsets, start_offsets
+from jobs import stages
 from operators.census import CENSUS_TAG, attach_census
-from operators.fetch import fetch_stage
 from operators.frontier import FRONTIER_EVENTS_TAG, FrontierFunction, attach_frontier, broadcast_controls
 from operators.keyed_union import keyed_row, keyed_row_type, keyed_union
-from operators.modes import set_python_mode
+from operators.python_mode import set_python_mode
 from operators.retention_gap import RetentionGapCheck, restore_path
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
 from udfs.control import parse_control
-from udfs.jobconfig import JobPolicy
+from udfs.jobconfig import JOB_ARGS_KEY, JobPolicy
 from udfs.records import (
     TOPIC_CONTROL,
     TOPIC_FRONTIER,
@@ -151,6 +152,9 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     env.get_checkpoint_config().disable_unaligned_checkpoints()
     env.set_buffer_timeout(job.buffer_timeout_ms)
 
+    # The job-level mode, in force at execute(), and that of every operator added outside a scoped
+    # `python_mode` (operators/python_mode.py): thread. The stages that need Python workers scope
+    # `process` mode around their own operators (jobs/stages.py).
     set_python_mode(env, "thread")
     decoded = (sources.frontier(env)
                .flat_map(DecodeEvents(), output_type=EVENT_TYPE).uid("decode-events").name("decode events"))
@@ -190,19 +194,19 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     for_other_hosts = requests.get_side_output(FRONTIER_EVENTS_TAG)
 
     # Host names sharing a server share its budget: the fetcher is keyed by server address and
-    # holds each address's limit itself (decision 1612).
-    set_python_mode(env, "process")
-    fetched = fetch_stage(requests, config.fetch, job.fetch_capacity, job.warc_root,
-                          extract_policy=config.extract, warc_policy=config.warc, storage=config.storage,
-                          fetch_parallelism=job.fetch_parallelism, dedup=config.dedup,
-                          discovery=config.discovery, optout=config.optout, gate=config.ipgate,
-                          soft404=soft404,
-                          writer_slot_group=job.writer_slot_group, parse_slot_group=job.parse_slot_group,
-                          parse_parallelism=job.parse_width,
-                          sitemaps=config.sitemaps)
-    set_python_mode(env, "thread")
+    # holds each address's limit itself (decision 1612). Robots.txt, tdmrep.json and probe results go
+    # straight to crawl.outcomes; a page goes to parse, then to the WARC writer, which pairs it with
+    # the verdict dedup gives on a small probe of it (decision 1616).
+    fetched = stages.fetch(requests, config.fetch, job.fetch_capacity, gate=config.ipgate,
+                           parallelism=job.fetch_parallelism)
+    preflight = stages.preflight_events(fetched, config.fetch, config.optout, config.extract)
+    pages = stages.parse(fetched, config.extract, config.optout, soft404, config.sitemaps, config.warc,
+                         slot_group=job.parse_slot_group, parallelism=job.parse_width)
+    verdicts = stages.dedup_verdicts(pages, config.dedup, config.warc, parse_parallelism=job.parse_width)
+    archived = stages.warc_writer(pages, verdicts, job.warc_root, warc=config.warc, storage=config.storage,
+                                  discovery=config.discovery, dedup=config.dedup, slot_group=job.writer_slot_group)
 
-    sinks.emit(env, fetched.union(rejects, for_other_hosts, *census))
+    sinks.emit(env, preflight.union(archived).union(rejects, for_other_hosts, *census))
 
 
 def control_stream(env: StreamExecutionEnvironment, sources: Sources) -> DataStream:
@@ -340,11 +344,6 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def load_job_config(config_file: Path | None, overrides: list[str]) -> CrawlConfig:
     text = config_file.read_text(encoding="utf-8") if config_file else ""
     return load_config(text, overrides)
-
-
-# The global job parameter holding the job's own argv, read back by `crawler upgrade` (crawler/ops.py,
-# which keeps the same name without importing pyflink) to start the next version with the same arguments.
-JOB_ARGS_KEY = "crawler.job-args"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

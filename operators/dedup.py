@@ -13,7 +13,8 @@ count (metric group `dedup`).
 - `BandFunction`: one bounded list of fingerprints per band key (decision 1301). The probe travels
   through the k + 1 band operators one after another, each merging its closest match into the
   verdict (decision 1302).
-The keyed operators run in `thread` mode (decision 1303); `add_dedup` switches modes around them.
+The probe map runs in `process` mode beside parse, the keyed operators in `thread` mode (decision 1303);
+jobs/stages.py adds them to the graph.
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from collections.abc import Callable, Iterator
 from typing import Any, NotRequired, TypedDict
 
 from pyflink.common import Types
-from pyflink.datastream import DataStream
 from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import ValueStateDescriptor
 
@@ -194,43 +194,42 @@ class BandFunction(KeyedProcessFunction):
         yield value
 
 
-def _band_key(index: int, policy: DedupPolicy) -> Callable[[Probe], int]:
+def probes_of(policy: DedupPolicy, warc_policy: WarcPolicy) -> Callable[[ParsedBundle], list[Probe]]:
+    """The probe map's function: a bundle → its `Probe`, none when dedup does not judge it."""
+    def probes(bundle: ParsedBundle) -> list[Probe]:
+        probe = probe_of(bundle, policy, warc_policy)
+        return [probe] if probe is not None else []
+    return probes
+
+
+def payload_key(probe: Probe) -> str | None:
+    """The exact operator's key: one owner row per payload."""
+    return probe["content_hash"]
+
+
+def settled(probe: Probe) -> list[Probe]:
+    """The probe if the exact verdict is final (nothing for the bands to judge)."""
+    return [] if _needs_probe(probe) else [probe]
+
+
+def to_bands(probe: Probe) -> list[Probe]:
+    """The probe if the bands still judge it (a SimHash, no revisit)."""
+    return [probe] if _needs_probe(probe) else []
+
+
+def band_count(policy: DedupPolicy) -> int:
+    """How many band operators a probe goes through: k + 1 blocks, so a match within k shares one."""
+    return policy.max_hamming + 1
+
+
+def band_key(index: int, policy: DedupPolicy) -> Callable[[Probe], int]:
+    """The key of band operator `index`: that block of the probe's SimHash."""
     def key(probe: Probe) -> int:
         assert probe["simhash"] is not None
         return probe_keys(probe["simhash"], policy)[index]
     return key
 
 
-def add_dedup(parsed: DataStream, policy: DedupPolicy, warc_policy: WarcPolicy,
-              set_mode: Callable[[str], None], parse_parallelism: int | None = None) -> DataStream:
-    """The dedup verdicts of a stream of ParsedBundles: one judged `Probe` per bundle that
-    `needs_dedup`, to be paired with its bundle by `join_key` (decisions 1300-1303, 1616).
-
-    Call with `process` mode in force (the probe map fuses into parse); the keyed operators are
-    added in `thread` mode through `set_mode`, and `thread` is left in force on return. Give
-    `parse_parallelism` when parse's differs from the environment's: the probe map then runs beside
-    each parse subtask rather than behind a shuffle of whole pages.
-    """
-    def probes_of(bundle: ParsedBundle) -> list[Probe]:
-        probe = probe_of(bundle, policy, warc_policy)
-        return [probe] if probe is not None else []
-
-    probes = parsed.flat_map(probes_of, output_type=BUNDLE_TYPE).uid("dedup-probe").name("dedup probe")
-    if parse_parallelism is not None:
-        probes = probes.set_parallelism(parse_parallelism)
-    # key_by adds a Python key-extracting map: it is added in the mode of the map it fuses with.
-    by_payload = probes.key_by(lambda p: p["content_hash"], key_type=Types.STRING())
-    set_mode("thread")
-    exact = (by_payload.process(ExactDedupFunction(policy), output_type=BUNDLE_TYPE)
-             .uid("dedup-exact").name("dedup exact"))
-    settled = (exact.flat_map(lambda p: [] if _needs_probe(p) else [p], output_type=BUNDLE_TYPE)
-               .uid("dedup-settled").name("dedup settled"))
-    probing = (exact.flat_map(lambda p: [p] if _needs_probe(p) else [], output_type=BUNDLE_TYPE)
-               .uid("dedup-to-bands").name("dedup to bands"))
-    bands = policy.max_hamming + 1
-    for index in range(bands):
-        # The uid names k: another k cuts other blocks, so a changed k starts from empty bands.
-        probing = (probing.key_by(_band_key(index, policy), key_type=Types.LONG())
-                   .process(BandFunction(policy, last=index == bands - 1), output_type=BUNDLE_TYPE)
-                   .uid(f"dedup-band-{index}-of-{bands}").name(f"dedup band {index} of {bands}"))
-    return settled.union(probing)
+def verdict_key(probe: Probe) -> str:
+    """The key a judged probe reaches the writer under: its page's `join_key`."""
+    return probe["key"]

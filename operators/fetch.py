@@ -32,34 +32,21 @@ from typing import Any, Callable
 import aiohttp
 from yarl import URL
 from pyflink.common import Types
-from pyflink.datastream import DataStream, KeyedProcessFunction
+from pyflink.datastream import KeyedProcessFunction
 from pyflink.datastream.functions import RuntimeContext
 
 from operators.cpu import register_worker_cpu
-from operators.dedup import BUNDLE_TYPE, Probe, add_dedup, join_key
 from operators.fetch_loop import GATE_COUNTS, FetchLoop
 from operators.fetch_wire import DecodedBudget, GuardedConnector
 from operators.heap import freeze_startup_heap, thaw_heap
-from operators.modes import set_python_mode
-from operators.parse import ParseFunction, is_probe, is_robots, is_tdmrep, probe_outputs, robots_output, tdmrep_outputs
 from operators.resolver import HOP, RESOLVER_COUNTS, GuardedResolver, Hop, ResolveFailure, load_pins
-from operators.warc_writer import EVENT_TYPE, WarcFileSettings, WarcWriterFunction
-from udfs.dedup import DedupPolicy
-from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy, gate_key
+from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy
 from udfs.fetch_stats import COUNTS, PHASES, STATUS_CLASSES, FetchTally
 from udfs.latency import Occupancy, micros
 from udfs.fetch_status import (DECODE_ERRORS, CappedDecoder, UnsupportedEncoding, brotli_window, fetch_result,
                                 header_value, redirect_target, retry_after_seconds)
-from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
-from udfs.links import ExtractPolicy
 from udfs.netguard import FetchPolicy
 from udfs.records import FetchRequest, FetchResult, FetchStatus
-from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
-from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy
-from udfs.sitemaps import DEFAULT_SITEMAP_POLICY, SitemapPolicy
-from udfs.soft404 import Soft404Policy
-from udfs.storage import StoragePolicy
-from udfs.warc import WarcPolicy
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
 ACCEPT_ENCODING = "gzip, deflate, br"
@@ -579,92 +566,5 @@ def _failure(request: FetchRequest, status: FetchStatus, reason: str) -> FetchRe
     return fetch_result(request, status, reason=reason, started_at=now, done_at=now)
 
 
+# FetchResults cross Flink edges pickled (dicts of built-in values).
 FETCH_RESULT_TYPE = Types.PICKLED_BYTE_ARRAY()
-
-
-def add_fetch(requests: DataStream, policy: FetchPolicy, capacity: int,
-              gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY) -> DataStream:
-    """Attach the fetcher to a stream of FetchRequests, keyed by gate key so that each server address
-    has one owner, which keeps its limit (decision 1612)."""
-    return (requests.key_by(gate_key, key_type=Types.STRING())
-            .process(FetchFunction(policy, capacity, gate), output_type=FETCH_RESULT_TYPE))
-
-
-def _verdict_key(probe: Probe) -> str:
-    return probe["key"]
-
-
-def fetch_stage(requests: DataStream, policy: FetchPolicy, capacity: int, warc_root: str,
-                extract_policy: ExtractPolicy = DEFAULT_EXTRACT_POLICY,
-                warc_settings: WarcFileSettings = WarcFileSettings(),
-                warc_policy: WarcPolicy = WarcPolicy(),
-                storage: StoragePolicy = StoragePolicy(),
-                fetch_parallelism: int | None = None,
-                dedup: DedupPolicy = DedupPolicy(),
-                discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY,
-                optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
-                gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY,
-                writer_slot_group: str = "",
-                soft404: Soft404Policy | None = None,
-                parse_slot_group: str = "",
-                parse_parallelism: int | None = None,
-                sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> DataStream:
-    """FetchRequests → (topic, key, value) records: robots results, completions, discoveries, pages.
-
-    The graph of §1 from fetch to the two sinks: fetch → robots, tdmrep and soft-404 probe results
-    (crawl.outcomes), and
-    fetch → parse → WARC writer, joined there by the content dedup verdicts of
-    parse → probe → dedup (decision 1616) (pages.parsed, crawl.frontier, crawl.outcomes). The fetch
-    operator needs the `process` execution mode to be in force when this is called (docs/architecture.md
-    §4); with dedup enabled its keyed operators run in `thread` mode (decision 1303) and `thread`,
-    the job-level mode they need, is in force on return. With a `soft404` policy, parse compares each
-    page that carries its host's probe answer with it (decision 1844); None: no checks. `sitemaps`
-    limits how parse reads the answers of sitemap leases (decision 1812). `parse_parallelism` (None:
-    the environment's) sets how many parse subtasks the fetchers' pages are spread over (decision 1830).
-    """
-    # A new uid with decision 1612: the async operator it replaces ("fetch") and the IP gate before it
-    # ("ip-gate") are gone, so a savepoint from before restores with --allowNonRestoredState.
-    fetched = add_fetch(requests, policy, capacity, gate).uid("fetch-by-address").name("fetch")
-    if fetch_parallelism is not None:
-        fetched = fetched.set_parallelism(fetch_parallelism)
-    # PyFlink fuses consecutive Python functions into one operator, which keeps only one of their uids
-    # (a hash collision when the graph branches): hence flat_map rather than filter + map, and an
-    # unchained writer.
-    max_tdmrep = optout.max_tdmrep_bytes
-    robots = (fetched.flat_map(lambda r: [robots_output(r, policy.robots_max_bytes)] if is_robots(r)
-                               else tdmrep_outputs(r, max_tdmrep) if is_tdmrep(r)
-                               else probe_outputs(r, extract_policy) if is_probe(r) else [],
-                               output_type=EVENT_TYPE).uid("robots-events").name("robots events"))
-    pages = (fetched.flat_map(ParseFunction(extract_policy, optout, soft404, sitemaps, warc_policy),
-                               output_type=FETCH_RESULT_TYPE)
-             .uid("parse").name("parse"))
-    if parse_slot_group:
-        pages = pages.slot_sharing_group(parse_slot_group)   # its own Python worker (decision 1808)
-    if parse_parallelism is not None:
-        pages = pages.set_parallelism(parse_parallelism)      # a worker per subtask (decision 1830)
-    set_mode = functools.partial(set_python_mode, requests.get_execution_environment())
-    # The page goes to the writer directly; dedup sees a small probe of it, and the writer pairs the
-    # verdict with the page by join key (decision 1616).
-    if dedup.enabled:
-        # The verdicts' key map is added in thread mode, to fuse with the last band operator.
-        verdicts = (add_dedup(pages, dedup, warc_policy, set_mode, parse_parallelism)
-                    .key_by(_verdict_key, key_type=Types.STRING()))
-        set_mode("process")   # the writer keeps the mode it always had
-    else:
-        none = pages.flat_map(lambda b: [], output_type=BUNDLE_TYPE).uid("no-dedup").name("no dedup")
-        if parse_parallelism is not None:
-            none = none.set_parallelism(parse_parallelism)
-        verdicts = none.key_by(_verdict_key, key_type=Types.STRING())
-    writer = WarcWriterFunction(warc_root, warc_settings, warc_policy, storage=storage, discovery=discovery,
-                                dedup=dedup if dedup.enabled else None)
-    # A new uid with decision 1616: the writer became keyed (by join key) with a second input.
-    events = (pages.key_by(join_key, key_type=Types.STRING())
-              .connect(verdicts)
-              .process(writer, output_type=EVENT_TYPE)
-              .uid("warc-writer-joined").name("warc writer").disable_chaining())
-    if writer_slot_group:
-        events = events.slot_sharing_group(writer_slot_group)   # its own Python worker (decision 1617)
-    if dedup.enabled:
-        set_mode("thread")    # the job-level mode thread-mode operators need at execute()
-    return robots.union(events)
-

@@ -1,7 +1,7 @@
 """The frontier: one KeyedBroadcastProcessFunction keyed by host (udfs.urls.host_key) that turns decoded
 `crawl.frontier` events into `FetchRequest` dicts, one lease per host at a time.
 
-Every decision is made in `udfs.frontier_logic`; this module only moves rows between Flink state and
+Every decision is made in the `udfs.frontier` package; this module only moves rows between Flink state and
 those functions. `HostFrontier` is that glue, written against the four state handles' methods
 (`value/update`, `get/put/remove`) so it can be driven by plain dict-backed stand-ins in unit tests;
 `FrontierFunction` is the Flink shell: state descriptors, metrics, the clock and the one timer per host.
@@ -33,7 +33,20 @@ from operators.context import subtask_index
 from operators.cpu import THREAD_CPU, THREAD_NICE, lower_thread_priority, thread_cpu_ms, thread_nice
 from operators.levels import Levels
 from operators.resolver import load_pins
-from udfs import frontier_logic as fl
+from udfs.frontier.policy import DEFAULT_FRONTIER_POLICY, FrontierPolicy
+from udfs.frontier.rows import (HostState, LANES, Lease, MAX_CANONICAL_ALIASES, PRIORITIES, QueueItem, RECRAWL_TIERS,
+                                Robots, UrlRecord, UrlStatus, due_entries, due_row, replace, signed_fp)
+from udfs.frontier.pages import Claim, broken_reason, claim_canonical, with_hub_yield, with_inlink
+from udfs.frontier.sitemaps import robots_sitemaps, sitemap_due, sitemap_hints
+from udfs.frontier.host_budget import census_due, note_inlink, on_domain_hosts, spend_page
+from udfs.frontier.queues import pop, pop_lane, push_recrawl, recrawl_item
+from udfs.frontier.admission import (RulesLike, SESSION_CHURN_METRIC, TRAP_METRICS, Verdict, admit, coerce_entry,
+                                     in_cycle, screen, source_of)
+from udfs.frontier.release import (Step, lease_page, lease_probe, lease_robots, lease_tdmrep, pin_ip, plan, robots_url,
+                                   tdmrep_url, timer_ms, wake_ms)
+from udfs.frontier.outcomes import Outcome, is_held_for_parse_strikes, on_completion
+from udfs.frontier.preflight import on_probe, on_robots, on_tdmrep, probe_from_tdmrep, robots_outcome
+from udfs.frontier.expiry import Extension, expire_lease, extend_lease
 from udfs.bloom import DEFAULT_BLOOM_POLICY, BloomPolicy, SeenFilter
 from udfs.budgets import BudgetPolicy
 from udfs.census import host_seen
@@ -56,12 +69,12 @@ from udfs.traps import DEFAULT_TRAP_POLICY, TrapPolicy
 from udfs.urls import host_key, is_fp, url_fp
 
 # Counters under the metric group `frontier` (Scrapy-style stats: every drop and deny counted).
-METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
+METRICS = tuple(v.value for v in Verdict) + TRAP_METRICS + (
     "released", "robots_leased", "robots_fetched", "robots_failed", "leases_expired", "leases_orphaned", "parked",
     "requeued", "completions_stale", "events_malformed", "hosts_fast_growing", "controls_applied",
     "controls_rejected",
     "bloom_reads_skipped", "bloom_false_positives", "bloom_hosts_loaded", "demoted_duplicate_host",
-    fl.UrlStatus.MOVED_PERMANENTLY.value, fl.UrlStatus.REDIRECTED.value,
+    UrlStatus.MOVED_PERMANENTLY.value, UrlStatus.REDIRECTED.value,
     # recrawl (issue #6): scheduled after a fetch, due (bucket entry moved to the recrawl lane), stale
     # bucket entries skipped, recrawl-lane releases, what refetches saw (unchanged share), 304s
     "recrawl_scheduled", "recrawl_due", "recrawl_stale", "recrawl_released", "recrawl_unchanged",
@@ -88,22 +101,22 @@ METRICS = tuple(v.value for v in fl.Verdict) + fl.TRAP_METRICS + (
     # decision 1812: fetched pages whose sitemap lastmod brought their recrawl forward
     "sitemap_lastmod_forward",
     # decision 1820: pages kept on the record of the canonical they named until it is fetched, pages not
-    # kept (the canonical keeps fl.MAX_CANONICAL_ALIASES), and verdicts revised on crawl.status
+    # kept (the canonical keeps MAX_CANONICAL_ALIASES), and verdicts revised on crawl.status
     "canonical_claimed", "canonical_claims_over_limit", "canonical_revised",
     # decision 3783: the WARC writer's lease extensions applied, naming no lease the host holds, and
     # refused because the lease has had all of frontier.max_lease_extension_s
-    fl.Extension.EXTENDED.value, fl.Extension.STALE.value, fl.Extension.CAPPED.value,
+    Extension.EXTENDED.value, Extension.STALE.value, Extension.CAPPED.value,
 )
 # Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
-DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(fl.PRIORITIES)) + tuple(
-    f"recrawl_depth_t{t}" for t in range(fl.RECRAWL_TIERS))
+DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(PRIORITIES)) + tuple(
+    f"recrawl_depth_t{t}" for t in range(RECRAWL_TIERS))
 GAUGES = DEPTH_GAUGES + ("hosts_with_queue", "oldest_due_age_s")
 # Levels of the release budget (decision 1618): leases out now, the bound in force, completions per minute;
 # how far behind discovery the subtask reads and whether that holds its leases back (decision 1843).
 BUDGET_GAUGES = ("leases_out", "leases_cap", "completions_per_min", "discovery_lag_s", "backlog_braked")
-_REDIRECTS = (fl.UrlStatus.MOVED_PERMANENTLY, fl.UrlStatus.REDIRECTED)
+_REDIRECTS = (UrlStatus.MOVED_PERMANENTLY, UrlStatus.REDIRECTED)
 # Plan steps that put a lease out (they take room in the release budget) and events that end one.
-_LEASING = (fl.Step.FETCH_ROBOTS, fl.Step.FETCH_TDMREP, fl.Step.FETCH_PROBE, fl.Step.POP)
+_LEASING = (Step.FETCH_ROBOTS, Step.FETCH_TDMREP, Step.FETCH_PROBE, Step.POP)
 _LEASE_ENDS = ("completion", "robots", "tdmrep", "probe")
 
 
@@ -142,12 +155,12 @@ class FrontierGauges:
     grow back host by host as their timers fire, never from a scan of state."""
 
     def __init__(self) -> None:
-        self.depth = [0] * fl.LANES
+        self.depth = [0] * LANES
         self.hosts_with_queue = 0
         self._oldest: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []
 
-    def account(self, host: str, before: fl.HostState | None, after: fl.HostState) -> None:
+    def account(self, host: str, before: HostState | None, after: HostState) -> None:
         """Apply one host's change (`before` None: the host was not counted yet in this run)."""
         depth = self.depth
         if before is None:
@@ -204,8 +217,8 @@ class HostFrontier:
     """
 
     def __init__(self, host_row: ValueLike, robots_body: ValueLike, slots: MapLike, urls: MapLike,
-                 count: Callable[[str], None], parse_rules: Callable[[bytes], fl.RulesLike],
-                 policy: fl.FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY,
+                 count: Callable[[str], None], parse_rules: Callable[[bytes], RulesLike],
+                 policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
                  robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY, rules_cache_size: int = 8192,
                  states_cache_size: int = 8192,
@@ -217,8 +230,8 @@ class HostFrontier:
                  budget: ReleaseBudget | None = None, soft404: Soft404Policy | None = None,
                  budgets: BudgetPolicy | None = None, census: bool = False,
                  sitemaps: SitemapPolicy | None = None) -> None:
-        if recrawl.tiers > fl.RECRAWL_TIERS:
-            raise ValueError(f"recrawl.tiers must be at most {fl.RECRAWL_TIERS} (the frontier's recrawl queues), "
+        if recrawl.tiers > RECRAWL_TIERS:
+            raise ValueError(f"recrawl.tiers must be at most {RECRAWL_TIERS} (the frontier's recrawl queues), "
                              f"got {recrawl.tiers}")
         self.host_row, self.robots_body, self.slots, self.urls = host_row, robots_body, slots, urls
         # `due` None turns recrawl off: no history, no schedule, one lane (the frontier before issue #6)
@@ -246,8 +259,8 @@ class HostFrontier:
         self.run = f"{epoch & 0xFFFFFFFF:08x}-"   # in lease ids: unique per run of the operator
         self.count, self.parse_rules = count, parse_rules
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
-        self._rules: OrderedDict[str, tuple[float, fl.RulesLike]] = OrderedDict()
-        self._states: OrderedDict[str, fl.HostState] = OrderedDict()  # host → its row as last written, parsed
+        self._rules: OrderedDict[str, tuple[float, RulesLike]] = OrderedDict()
+        self._states: OrderedDict[str, HostState] = OrderedDict()  # host → its row as last written, parsed
         self._states_cache_size = states_cache_size
         self._rules_cache_size = rules_cache_size
 
@@ -262,7 +275,7 @@ class HostFrontier:
             if self.budget is not None:
                 self.budget.discovered(event.get("found_at"), now)
             if self.budgets is not None:
-                state = fl.note_inlink(state, host, event.get("from_host"))
+                state = note_inlink(state, host, event.get("from_host"))
             state, admitted = self._admit_all(host, state, event["urls"], now, controls, event.get("from_fp"))
             if self.due is not None and event.get("from_host") == host:
                 self._note_hub_yield(event.get("from_fp"), admitted)
@@ -271,23 +284,23 @@ class HostFrontier:
             if lease is not None and lease.kind == "page" and event.get("lease_id") == lease.lease_id:
                 self._time_trip(lease, event, now)
             strikes = state.parse_strikes
-            state, outcome = fl.on_completion(state, event, now, self.policy, self._politeness_for(controls),
+            state, outcome = on_completion(state, event, now, self.policy, self._politeness_for(controls),
                                               *((previous, self.recrawl) if self.due is not None else (None, None)))
             if outcome.orphaned:
                 self.count("completions_not_archived")
             if state.parse_strikes > strikes:
                 self.count("parse_strikes")
-                if fl.is_held_for_parse_strikes(state, self.policy):
+                if is_held_for_parse_strikes(state, self.policy):
                     self.count("hosts_held_parse_strikes")
             state = self._apply(state, outcome)
             if outcome.matched and outcome.record is not None and previous is not None and previous.canonical_of:
                 assert lease is not None
                 self._answer_claims(previous.canonical_of, lease.item.url,
-                                    fl.broken_reason(outcome.record, event.get("http_status")))
-            if outcome.record is not None and outcome.record.status is fl.UrlStatus.SOFT_404:
+                                    broken_reason(outcome.record, event.get("http_status")))
+            if outcome.record is not None and outcome.record.status is UrlStatus.SOFT_404:
                 self.count("soft_404")
             if outcome.matched and event.get("http_status") == 200:
-                state = fl.replace(state, quality=observe_quality(
+                state = replace(state, quality=observe_quality(
                     state.quality, event.get("duplicate") is True, event.get("near_duplicate") is True, self.quality))
         elif kind == "robots":
             state = self._robots_result(host, state, event, now, controls)
@@ -296,13 +309,13 @@ class HostFrontier:
         elif kind == "probe":
             state = self._probe_result(state, event, now, controls)
         elif kind == "domain_hosts":
-            state = fl.on_domain_hosts(state, event["hosts"])
+            state = on_domain_hosts(state, event["hosts"])
             self.count("domain_shares_heard")
         elif kind == "lease_extend":
             # a page lease whose capture waits to be durable (decision 3783); _release re-arms the timer
-            state, extension = fl.extend_lease(state, event, now, self.policy)
+            state, extension = extend_lease(state, event, now, self.policy)
             self.count(extension.value)
-            if extension is fl.Extension.EXTENDED and self.budget is not None and state.lease is not None:
+            if extension is Extension.EXTENDED and self.budget is not None and state.lease is not None:
                 self.budget.extended(state.lease.lease_id, state.lease.deadline)
         else:
             self.count("events_malformed")
@@ -312,13 +325,13 @@ class HostFrontier:
         state = before = self._load(host)
         self._due_timers, self._outbox = [], []
         if state.timer_ms == timer_ms:  # the registered timer has fired; a stale one leaves it in place
-            state = fl.replace(state, timer_ms=0)
+            state = replace(state, timer_ms=0)
         elif self.due is not None:
             state = self._release_due(state, timer_ms, now)
         controls = self.controls.for_host(host)
         lease = state.lease
         # A lease an earlier run issued (restored from a checkpoint) ends uncharged (decision 3790).
-        state, outcome = fl.expire_lease(state, now, self.policy, self._politeness_for(controls), self.robots_policy,
+        state, outcome = expire_lease(state, now, self.policy, self._politeness_for(controls), self.robots_policy,
                                          self.run)
         if outcome.matched:
             self.count("leases_orphaned" if outcome.orphaned else "leases_expired")
@@ -329,19 +342,19 @@ class HostFrontier:
                 self._store_tdmrep(host, outcome.store_tdmrep)
         return self._release(host, state, now, controls, before)
 
-    def _time_trip(self, lease: fl.Lease, event: dict[str, Any], now: float) -> None:
+    def _time_trip(self, lease: Lease, event: dict[str, Any], now: float) -> None:
         """Time the lease's wait before its fetch and its completion's way back (decision 1833)."""
         started_at, done_at = event.get("started_at"), event.get("done_at")
         if isinstance(started_at, (int, float)) and isinstance(done_at, (int, float)):
             self.trips.add(lease.issued_deadline - self.policy.lease_timeout_s, started_at, done_at, now)
 
-    def _leased_record(self, state: fl.HostState) -> fl.UrlRecord | None:
+    def _leased_record(self, state: HostState) -> UrlRecord | None:
         """The leased page URL's row: on_completion updates its history (recrawl on), and the pages that
         named it as their canonical wait in it for this answer (decision 1820)."""
         if state.lease is None or state.lease.kind != "page":
             return None
-        row = self.urls.get(fl.signed_fp(state.lease.item.fp))
-        return fl.UrlRecord.from_row(row) if row is not None else None
+        row = self.urls.get(signed_fp(state.lease.item.fp))
+        return UrlRecord.from_row(row) if row is not None else None
 
     def _answer_claims(self, aliases: tuple[str, ...], canonical: str, reason: str | None) -> None:
         """The canonical the pages `aliases` named was fetched: when it is broken (`reason`), their verdicts
@@ -354,45 +367,45 @@ class HostFrontier:
             self._outbox.append((TOPIC_STATUS, key, encode(dict(record))))
             self.count("canonical_revised")
 
-    def _keep_history(self, key: int, record: fl.UrlRecord) -> fl.UrlRecord:
+    def _keep_history(self, key: int, record: UrlRecord) -> UrlRecord:
         """A row written without history (a failure, a park, a redirect) keeps the URL's recrawl history,
         validators and capture, unscheduled: rediscovery after the crawl cycle brings it back (decision 1112)."""
         if self.due is None or record.history is not None:
             return record
         row = self.urls.get(key)
-        old = fl.UrlRecord.from_row(row) if row is not None else None
+        old = UrlRecord.from_row(row) if row is not None else None
         if old is None or old.history is None:
             return record
-        return fl.replace(record, etag=record.etag or old.etag,
+        return replace(record, etag=record.etag or old.etag,
                                    last_modified=record.last_modified or old.last_modified, history=old.history,
                                    capture=old.capture, depth=old.depth, inlinks=record.inlinks | old.inlinks)
 
     def _schedule(self, fp: int, url: str, due: float) -> None:
         """Put a URL in the due bucket that ends at or after `due` and ask for that bucket's timer."""
         bucket = math.ceil(due * 1000.0 / self._bucket_ms) * self._bucket_ms
-        entries = fl.due_entries(self.due.get(bucket))
-        entries.append([fl.signed_fp(fp), url])
-        self.due.put(bucket, fl.due_row(entries))
+        entries = due_entries(self.due.get(bucket))
+        entries.append([signed_fp(fp), url])
+        self.due.put(bucket, due_row(entries))
         self._due_timers.append(bucket)
         self.count("recrawl_scheduled")
 
-    def _release_due(self, state: fl.HostState, bucket: int, now: float) -> fl.HostState:
+    def _release_due(self, state: HostState, bucket: int, now: float) -> HostState:
         """A due bucket's timer: its URLs that are still scheduled go to the recrawl lane (decision 1110)."""
         row = self.due.get(bucket)
         if row is None:
             return state
         self.due.remove(bucket)
-        for key, url in fl.due_entries(row):
+        for key, url in due_entries(row):
             raw = self.urls.get(key)
-            record = fl.UrlRecord.from_row(raw) if raw is not None else None
+            record = UrlRecord.from_row(raw) if raw is not None else None
             fp = key + (1 << 64) if key < 0 else key
-            item = fl.recrawl_item(record, url, fp, now, self.recrawl)
+            item = recrawl_item(record, url, fp, now, self.recrawl)
             if item is None or record is None or record.due is None:
                 self.count("recrawl_stale")
                 continue
-            state, slot = fl.push_recrawl(state, item, record.due)
+            state, slot = push_recrawl(state, item, record.due)
             self.slots.put(slot, item.to_row())
-            self.urls.put(key, fl.replace(record, status=fl.UrlStatus.QUEUED, at=now).to_row())
+            self.urls.put(key, replace(record, status=UrlStatus.QUEUED, at=now).to_row())
             self.count("recrawl_due")
         return state
 
@@ -404,8 +417,8 @@ class HostFrontier:
             return self.politeness
         return _with_rate(self.politeness, rate)
 
-    def _admit_all(self, host: str, state: fl.HostState, entries: list[Any], now: float,
-                   controls: HostControls, from_fp: Any = None) -> tuple[fl.HostState, int]:
+    def _admit_all(self, host: str, state: HostState, entries: list[Any], now: float,
+                   controls: HostControls, from_fp: Any = None) -> tuple[HostState, int]:
         """Judge each discovered entry (seen check, traps, admission); the state and how many were queued.
         `from_fp` is the page the entries were found on: a link from it counts as an in-link of its target
         (decision 1819; with the recrawl schedule on, which is what reads it)."""
@@ -413,25 +426,25 @@ class HostFrontier:
         rules = self._rules_for(host, state)
         state = self._load_seen(state)
         for raw in entries:
-            item = fl.coerce_entry(raw, host, host_key)
-            if isinstance(item, fl.Verdict):
+            item = coerce_entry(raw, host, host_key)
+            if isinstance(item, Verdict):
                 self.count(item.value)
                 continue
             if controls.taken_down or self.controls.url_taken_down(item.url):
-                self.count(fl.Verdict.TAKEN_DOWN.value)
+                self.count(Verdict.TAKEN_DOWN.value)
                 continue
-            source = fl.source_of(raw)
-            key = fl.signed_fp(item.fp)
+            source = source_of(raw)
+            key = signed_fp(item.fp)
             # Most links on a page are known: the seen check (a filter probe, a URL-table read only on
             # "maybe") comes before the trap rules, which then judge only URLs that could be admitted.
             record = self._record_of(key, item.fp)
             linked = source == "link" and self.due is not None
-            if record is not None and fl.in_cycle(record, now, self.policy):
-                updated = fl.with_inlink(record, from_fp, item.fp) if linked else record
+            if record is not None and in_cycle(record, now, self.policy):
+                updated = with_inlink(record, from_fp, item.fp) if linked else record
                 if item.sitemap_for and record.sitemap and record.sitemap_for is None:
                     # another host's robots.txt lists a sitemap known here: from its next fetch on, it
                     # speaks for that host too (decision 1816; one submitting host per sitemap)
-                    updated = fl.replace(updated, sitemap_for=item.sitemap_for)
+                    updated = replace(updated, sitemap_for=item.sitemap_for)
                 if item.canonical_of is not None:   # a page's canonical: known broken, or wait for it
                     updated = self._claim(updated, item)
                 if updated is not record:   # written only on change: at most 32 in-link writes per URL
@@ -439,30 +452,30 @@ class HostFrontier:
                     self.urls.put(key, record.to_row())
                 if source == "sitemap" and self.due is not None:
                     self._sitemap_listed(key, item, record, raw, state, now)
-                self.count((fl.Verdict.REDIRECT_LOOP if source == "redirect" else fl.Verdict.SEEN).value)
+                self.count((Verdict.REDIRECT_LOOP if source == "redirect" else Verdict.SEEN).value)
                 continue
-            dropped = fl.screen(state, item, source, now, self.traps, self.policy)
+            dropped = screen(state, item, source, now, self.traps, self.policy)
             if dropped is not None:
                 self.count(dropped)
-                if dropped == fl.SESSION_CHURN_METRIC:  # a rejection counts as use (decision 1803)
-                    state = fl.replace(state, trap_summary=state.trap_summary.touched(item.url))
+                if dropped == SESSION_CHURN_METRIC:  # a rejection counts as use (decision 1803)
+                    state = replace(state, trap_summary=state.trap_summary.touched(item.url))
                 continue
             if (offset := priority_offset(state.quality)) and source != "seed":
-                item = fl.replace(item, priority=min(item.priority + offset, fl.PRIORITIES - 1))
+                item = replace(item, priority=min(item.priority + offset, PRIORITIES - 1))
                 self.count("demoted_duplicate_host")
-            state, admission = fl.admit(state, item, record, rules, now, self.policy, source, self.traps,
+            state, admission = admit(state, item, record, rules, now, self.policy, source, self.traps,
                                         self.budgets)
             self.count(admission.verdict.value)
             if admission.fast_growing:
                 self.count("hosts_fast_growing")
-            if admission.verdict is fl.Verdict.ADMITTED:
+            if admission.verdict is Verdict.ADMITTED:
                 admitted += 1
                 self.slots.put(admission.slot, admission.item.to_row())
-                new_record = fl.with_inlink(admission.record, from_fp, item.fp) if linked else admission.record
+                new_record = with_inlink(admission.record, from_fp, item.fp) if linked else admission.record
                 # (a URL back from its crawl cycle; a new one has no history, so no sketch yet)
                 if source == "sitemap":
-                    priority, changefreq = fl.sitemap_hints(raw)
-                    new_record = fl.replace(new_record, sitemap_priority=priority, changefreq=changefreq)
+                    priority, changefreq = sitemap_hints(raw)
+                    new_record = replace(new_record, sitemap_priority=priority, changefreq=changefreq)
                 if item.canonical_of is not None:
                     new_record = self._claim(new_record, item)
                 self.urls.put(key, new_record.to_row())
@@ -470,28 +483,28 @@ class HostFrontier:
                     self.seen.add(item.fp)
         return state, admitted
 
-    def _claim(self, record: fl.UrlRecord, item: fl.QueueItem) -> fl.UrlRecord:
+    def _claim(self, record: UrlRecord, item: QueueItem) -> UrlRecord:
         """Page `item.canonical_of` named this URL as its canonical (decision 1820): a URL waiting for its
         fetch keeps the page; one found broken revises the page's verdict at once."""
         assert item.canonical_of is not None
-        record, claim = fl.claim_canonical(record, item.canonical_of)
-        if claim is fl.Claim.REMEMBERED:
+        record, claim = claim_canonical(record, item.canonical_of)
+        if claim is Claim.REMEMBERED:
             self.count("canonical_claimed")
-        elif claim is fl.Claim.OVER_LIMIT:
+        elif claim is Claim.OVER_LIMIT:
             self.count("canonical_claims_over_limit")
-        elif claim is fl.Claim.BROKEN:
-            self._answer_claims((item.canonical_of,), item.url, fl.broken_reason(record))
+        elif claim is Claim.BROKEN:
+            self._answer_claims((item.canonical_of,), item.url, broken_reason(record))
         return record
 
-    def _sitemap_listed(self, key: int, item: fl.QueueItem, record: fl.UrlRecord, raw: dict[str, Any],
-                        state: fl.HostState, now: float) -> None:
+    def _sitemap_listed(self, key: int, item: QueueItem, record: UrlRecord, raw: dict[str, Any],
+                        state: HostState, now: float) -> None:
         """A sitemap lists a known URL: keep the priority and changefreq it gives (decision 1813), and
         when its lastmod says a fetched page changed since, bring the recrawl forward (decision 1812)."""
-        priority, changefreq = fl.sitemap_hints(raw)
-        updated = fl.replace(record, sitemap_priority=priority, changefreq=changefreq)
-        due = fl.sitemap_due(record, raw.get("lastmod"), state, now, self.recrawl)
+        priority, changefreq = sitemap_hints(raw)
+        updated = replace(record, sitemap_priority=priority, changefreq=changefreq)
+        due = sitemap_due(record, raw.get("lastmod"), state, now, self.recrawl)
         if due is not None:
-            updated = fl.replace(updated, due=due, lastmod_claim=True)
+            updated = replace(updated, due=due, lastmod_claim=True)
             self._schedule(item.fp, item.url, due)
             self.count("sitemap_lastmod_forward")
         if updated != record:
@@ -501,27 +514,27 @@ class HostFrontier:
         """The page a same-host discovery came from brought `new_urls` new URLs: its hub yield (decision 1815)."""
         if not is_fp(from_fp):
             return
-        key = fl.signed_fp(from_fp)
+        key = signed_fp(from_fp)
         row = self.urls.get(key)
         if row is None:
             return
-        record = fl.UrlRecord.from_row(row)
+        record = UrlRecord.from_row(row)
         # QUEUED too: the discoveries can overtake the page's completion (decision 1610), which keeps it
-        if record.status in (fl.UrlStatus.DONE, fl.UrlStatus.GONE, fl.UrlStatus.QUEUED):
-            updated = fl.with_hub_yield(record, new_urls)
+        if record.status in (UrlStatus.DONE, UrlStatus.GONE, UrlStatus.QUEUED):
+            updated = with_hub_yield(record, new_urls)
             if updated.hub_yield != (record.hub_yield or 0.0):   # a page that never brings any: no write
                 self.urls.put(key, updated.to_row())
 
-    def _load_seen(self, state: fl.HostState) -> fl.HostState:
+    def _load_seen(self, state: HostState) -> HostState:
         """Add the host's known URLs to this run's filter once (after a start, restore or rescale)."""
         if self.seen is None or state.bloom_epoch == self.epoch:
             return state
         for key in self.urls.keys():
             self.seen.add(key)
         self.count("bloom_hosts_loaded")
-        return fl.replace(state, bloom_epoch=self.epoch)
+        return replace(state, bloom_epoch=self.epoch)
 
-    def _record_of(self, key: int, fp: int) -> fl.UrlRecord | None:
+    def _record_of(self, key: int, fp: int) -> UrlRecord | None:
         """The URL's record; a "certainly unseen" answer from the filter saves the state read."""
         if self.seen is not None and not self.seen.might_contain(fp):
             self.count("bloom_reads_skipped")
@@ -531,16 +544,16 @@ class HostFrontier:
             if self.seen is not None:
                 self.count("bloom_false_positives")
             return None
-        return fl.UrlRecord.from_row(row)
+        return UrlRecord.from_row(row)
 
-    def _robots_result(self, host: str, state: fl.HostState, event: dict[str, Any], now: float,
-                       controls: HostControls) -> fl.HostState:
+    def _robots_result(self, host: str, state: HostState, event: dict[str, Any], now: float,
+                       controls: HostControls) -> HostState:
         rules = None
         leased = state.lease is not None and state.lease.lease_id == event.get("lease_id")
-        verdict, _ = fl.robots_outcome(event.get("fetch_status"), event.get("http_status"), self.robots_policy)
-        if leased and verdict is fl.Robots.PARSED:
+        verdict, _ = robots_outcome(event.get("fetch_status"), event.get("http_status"), self.robots_policy)
+        if leased and verdict is Robots.PARSED:
             rules = self.parse_rules(_body(event.get("body_b64")))
-        state, outcome = fl.on_robots(state, event, rules, now, self.policy, self._politeness_for(controls),
+        state, outcome = on_robots(state, event, rules, now, self.policy, self._politeness_for(controls),
                                       self.robots_policy)
         if not outcome.matched:
             self.count("completions_stale")
@@ -555,12 +568,12 @@ class HostFrontier:
             state = self._admit_sitemaps(host, state, rules, now, controls)
         return state
 
-    def _admit_sitemaps(self, host: str, state: fl.HostState, rules: fl.RulesLike, now: float,
-                        controls: HostControls) -> fl.HostState:
+    def _admit_sitemaps(self, host: str, state: HostState, rules: RulesLike, now: float,
+                        controls: HostControls) -> HostState:
         """Offer the sitemaps the host's robots.txt lists to the queues of the hosts that serve them, as
         any URL (decision 1812): the host's own go to its queue now, a sitemap already fetched this cycle
         is seen, robots.txt judges it like a page; those on other hosts go out on crawl.frontier."""
-        by_host, skipped = fl.robots_sitemaps(host, rules.sitemaps, state.min_depth or 0, self.sitemaps.max_per_host)
+        by_host, skipped = robots_sitemaps(host, rules.sitemaps, state.min_depth or 0, self.sitemaps.max_per_host)
         for _ in range(skipped):
             self.count("sitemaps_skipped")
         for target, entries in by_host.items():
@@ -571,25 +584,25 @@ class HostFrontier:
                 self._outbox.append((TOPIC_FRONTIER, target, encode(dict(batch))))
         if host not in by_host:
             return state
-        state, _ = self._admit_all(host, fl.replace(state, lists_sitemap=True), by_host[host], now, controls)
+        state, _ = self._admit_all(host, replace(state, lists_sitemap=True), by_host[host], now, controls)
         return state
 
-    def _tdmrep_result(self, host: str, state: fl.HostState, event: dict[str, Any], now: float,
-                       controls: HostControls) -> fl.HostState:
-        state, outcome = fl.on_tdmrep(state, event, now, self._politeness_for(controls), self.robots_policy)
+    def _tdmrep_result(self, host: str, state: HostState, event: dict[str, Any], now: float,
+                       controls: HostControls) -> HostState:
+        state, outcome = on_tdmrep(state, event, now, self._politeness_for(controls), self.robots_policy)
         if not outcome.matched:
             self.count("completions_stale")
             return state
         if outcome.store_tdmrep is not None:
             self._store_tdmrep(host, outcome.store_tdmrep)
-        state, answered = fl.probe_from_tdmrep(state, event, now, self.soft404)
+        state, answered = probe_from_tdmrep(state, event, now, self.soft404)
         if answered:
             self.count("probe_by_tdmrep")
         return state
 
-    def _probe_result(self, state: fl.HostState, event: dict[str, Any], now: float,
-                      controls: HostControls) -> fl.HostState:
-        state, outcome = fl.on_probe(state, event, now, self._politeness_for(controls))
+    def _probe_result(self, state: HostState, event: dict[str, Any], now: float,
+                      controls: HostControls) -> HostState:
+        state, outcome = on_probe(state, event, now, self._politeness_for(controls))
         if not outcome.matched:
             self.count("completions_stale")
         elif is_suspect(state.probe):
@@ -603,7 +616,7 @@ class HostFrontier:
         self._tdm_rules.pop(host, None)
         self.count("tdmrep_found" if body else "tdmrep_absent")
 
-    def _tdm_rules_for(self, host: str, state: fl.HostState) -> TdmrepRules:
+    def _tdm_rules_for(self, host: str, state: HostState) -> TdmrepRules:
         """The parsed tdmrep.json rules of a host with a file, from the cache or the stored body."""
         cached = self._tdm_rules.get(host)
         if cached is not None and cached[0] == state.tdmrep_expires_at:
@@ -615,12 +628,12 @@ class HostFrontier:
             self._tdm_rules.popitem(last=False)
         return rules
 
-    def _apply(self, state: fl.HostState, outcome: fl.Outcome) -> fl.HostState:
+    def _apply(self, state: HostState, outcome: Outcome) -> HostState:
         if not outcome.matched:
             self.count("completions_stale")
             return state
         if outcome.record is not None and outcome.fp is not None:
-            key = fl.signed_fp(outcome.fp)
+            key = signed_fp(outcome.fp)
             record = self._keep_history(key, outcome.record)
             self.urls.put(key, record.to_row())
             if record.status in _REDIRECTS:
@@ -638,23 +651,23 @@ class HostFrontier:
             self.count("parked")
         return state
 
-    def _release(self, host: str, state: fl.HostState, now: float, controls: HostControls,
-                 before: fl.HostState) -> Effects:
+    def _release(self, host: str, state: HostState, now: float, controls: HostControls,
+                 before: HostState) -> Effects:
         requests: list[FetchRequest] = []
         pops = 0
         budget_full = False
         while not controls.halted:
-            step = fl.plan(state, now, self._tdmrep, self.soft404, self.budgets).step
+            step = plan(state, now, self._tdmrep, self.soft404, self.budgets).step
             if step in _LEASING and self.budget is not None and not self.budget.admits(now):
                 budget_full = True
                 break
-            if step is fl.Step.FETCH_ROBOTS:
-                state, request = fl.lease_robots(state, host, url_fp(fl.robots_url(host, state)), now, self.policy,
+            if step is Step.FETCH_ROBOTS:
+                state, request = lease_robots(state, host, url_fp(robots_url(host, state)), now, self.policy,
                                                  self.run)
                 self.count("robots_leased")
                 requests.append(request)
-            elif step is fl.Step.FETCH_TDMREP:
-                state, tdmrep = fl.lease_tdmrep(state, host, url_fp(fl.tdmrep_url(host, state)),
+            elif step is Step.FETCH_TDMREP:
+                state, tdmrep = lease_tdmrep(state, host, url_fp(tdmrep_url(host, state)),
                                                 self._rules_for(host, state), now, self.policy, self.robots_policy,
                                                 self.run)
                 if tdmrep is None:   # robots.txt keeps us off the file: no file until the TTL
@@ -662,31 +675,31 @@ class HostFrontier:
                     continue
                 self.count("tdmrep_leased")
                 requests.append(tdmrep)
-            elif step is fl.Step.FETCH_PROBE:
+            elif step is Step.FETCH_PROBE:
                 url = probe_url(host, self._probe_paths, state.scheme)
-                state, probe = fl.lease_probe(state, host, url, url_fp(url), self._rules_for(host, state), now,
+                state, probe = lease_probe(state, host, url, url_fp(url), self._rules_for(host, state), now,
                                               self.policy, self.run)
                 if probe is None:   # robots.txt keeps us off the path: no checks until the retry
                     continue
                 self.count("probe_leased")
                 requests.append(probe)
-            elif step is fl.Step.POP and pops < self.policy.max_pops_per_call:
+            elif step is Step.POP and pops < self.policy.max_pops_per_call:
                 pops += 1
-                state, slot = fl.pop(state) if self.due is None else fl.pop_lane(state, self.recrawl)
+                state, slot = pop(state) if self.due is None else pop_lane(state, self.recrawl)
                 row = self.slots.get(slot)
                 if row is None:
                     continue
                 self.slots.remove(slot)
-                item = fl.QueueItem.from_row(row)
+                item = QueueItem.from_row(row)
                 if self.controls.url_taken_down(item.url):
-                    self.count(fl.Verdict.TAKEN_DOWN.value)
-                    self.urls.put(fl.signed_fp(item.fp), fl.UrlRecord(fl.UrlStatus.TAKEN_DOWN, now).to_row())
+                    self.count(Verdict.TAKEN_DOWN.value)
+                    self.urls.put(signed_fp(item.fp), UrlRecord(UrlStatus.TAKEN_DOWN, now).to_row())
                     continue
                 rules = self._rules_for(host, state)
-                state, request, verdict = fl.lease_page(state, item, rules, host, now, self.policy, self.run)
+                state, request, verdict = lease_page(state, item, rules, host, now, self.policy, self.run)
                 if request is None:
                     self.count(verdict.value)
-                    self.urls.put(fl.signed_fp(item.fp), fl.UrlRecord(fl.UrlStatus.DISALLOWED, now).to_row())
+                    self.urls.put(signed_fp(item.fp), UrlRecord(UrlStatus.DISALLOWED, now).to_row())
                     continue
                 if rules is not None and self._ai_agents:
                     blocked = ai_disallowed(rules, item.url, self._ai_agents)
@@ -702,7 +715,7 @@ class HostFrontier:
                 if self.soft404 is not None and is_suspect(state.probe):
                     request["soft404_probe"] = state.probe.to_row()   # parse compares the page with it
                 if self.budgets is not None:
-                    state = fl.spend_page(state, now, self.budgets)
+                    state = spend_page(state, now, self.budgets)
                 self.count("released")
                 if item.recrawl:
                     self.count("recrawl_released")
@@ -713,34 +726,34 @@ class HostFrontier:
             for request in requests:
                 self.budget.leased(request["lease_id"], request["lease_deadline"])
         census: tuple[dict[str, Any], ...] = ()
-        if self.census and fl.census_due(state, now, self.budgets):
-            state = fl.replace(state, census_at=now)
+        if self.census and census_due(state, now, self.budgets):
+            state = replace(state, census_at=now)
             census = (host_seen(host),)
             self.count("census_asked")
-        wake = fl.wake_ms(state, now, self._tdmrep, self.soft404, self.budgets)
+        wake = wake_ms(state, now, self._tdmrep, self.soft404, self.budgets)
         if controls.halted and state.lease is None and state.queued:
-            wake = fl.timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
+            wake = timer_ms(now + self.policy.control_poll_s)  # look again: an unblock or resume applies
         elif budget_full:
             if state.timer_ms > wake:   # already waiting for room (an event reached it): keeps its slot
                 wake = state.timer_ms
             else:                       # turned away: reserves the pacer's next slot
                 self.count("budget_waits")
-                wake = fl.timer_ms(self.budget.wake_at(now))
+                wake = timer_ms(self.budget.wake_at(now))
         if wake and self.due is not None and wake % self._bucket_ms == 0:
             wake += 1  # never on a due bucket's time: deleting this timer must not delete that one
         old = state.timer_ms
-        state = fl.replace(state, timer_ms=wake)
+        state = replace(state, timer_ms=wake)
         if state.oldest_due and not state.recrawl_queued:
-            state = fl.replace(state, oldest_due=0.0)
+            state = replace(state, oldest_due=0.0)
         if self.gauges is not None:
             counted = before.gauge_epoch == self.epoch
-            state = fl.replace(state, gauge_epoch=self.epoch)
+            state = replace(state, gauge_epoch=self.epoch)
             self.gauges.account(host, before if counted else None, state)
         self._store(host, state, before)
         return Effects(requests, old if old and old != wake else 0, wake if wake != old else 0, tuple(self._due_timers),
                        census, tuple(self._outbox))
 
-    def _load(self, host: str) -> fl.HostState:
+    def _load(self, host: str) -> HostState:
         """The host's row, parsed. The last row this frontier wrote for the host is the row in state:
         `_store` is its only writer, and a restore or rescale opens a new frontier with an empty cache.
         So a cached host costs neither a state read nor a JSON parse (decision 1838)."""
@@ -748,9 +761,9 @@ class HostFrontier:
         if cached is not None:
             self._states.move_to_end(host)
             return cached
-        return fl.HostState.from_row(self.host_row.value())
+        return HostState.from_row(self.host_row.value())
 
-    def _store(self, host: str, state: fl.HostState, before: fl.HostState) -> None:
+    def _store(self, host: str, state: HostState, before: HostState) -> None:
         """Write the host row unless the event left it as it was (most events of known URLs do)."""
         if state == before and host in self._states:
             return
@@ -760,9 +773,9 @@ class HostFrontier:
         while len(self._states) > self._states_cache_size:
             self._states.popitem(last=False)
 
-    def _rules_for(self, host: str, state: fl.HostState) -> fl.RulesLike | None:
+    def _rules_for(self, host: str, state: HostState) -> RulesLike | None:
         """The parsed rules of a PARSED host (None otherwise), from the cache or the stored body."""
-        if state.robots is not fl.Robots.PARSED:
+        if state.robots is not Robots.PARSED:
             return None
         cached = self._rules.get(host)
         if cached is not None and cached[0] == state.robots_expires_at:
@@ -772,7 +785,7 @@ class HostFrontier:
         self._remember(host, state.robots_expires_at, rules)
         return rules
 
-    def _remember(self, host: str, expires_at: float, rules: fl.RulesLike) -> None:
+    def _remember(self, host: str, expires_at: float, rules: RulesLike) -> None:
         self._rules[host] = (expires_at, rules)
         self._rules.move_to_end(host)
         while len(self._rules) > self._rules_cache_size:
@@ -832,7 +845,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
     """The keyed frontier (key = host_key): decoded crawl.frontier event dicts in, FetchRequest dicts out;
     control records on the broadcast side (udfs.control_state), applied on every subtask."""
 
-    def __init__(self, policy: fl.FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY,
+    def __init__(self, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
                  politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
                  robots_policy: RobotsPolicy = DEFAULT_ROBOTS_POLICY,
                  traps: TrapPolicy = DEFAULT_TRAP_POLICY, fetch_policy: FetchPolicy | None = None,
@@ -961,7 +974,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         for bucket_ms in effects.due_timers:
             timers.register_processing_time_timer(bucket_ms)
         for request in effects.requests:
-            yield fl.pin_ip(request, self.pins)
+            yield pin_ip(request, self.pins)
         for question in effects.census:
             yield CENSUS_TAG, question
         for record in effects.events:

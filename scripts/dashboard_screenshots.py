@@ -44,7 +44,7 @@ VIEWPORT = {"width": 1600, "height": 1500}
 # Metric ids as the vertex's Metrics tab lists them: <subtask>.<operator>.<group>.<name>
 # three charts: what fits above the vertex table at this viewport
 FETCH_METRICS = ("0.fetch.fetch.http_2xx_per_s", "0.fetch.fetch.http_4xx_per_s", "0.fetch.fetch.total_p95_us")
-# discovered links queue at priority 5 (operators/warc_writer.py PRIORITY_LINK)
+# discovered links queue at priority 5 (udfs/page_events.py PRIORITY_LINK)
 FRONTIER_METRICS = ("0.frontier.frontier.hosts_with_queue", "0.frontier.frontier.queue_depth_p5",
                     "0.frontier.frontier.released")
 CHART_S = 25.0   # how long the charts gather points before the shot (the dashboard polls every few s)

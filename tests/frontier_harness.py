@@ -6,7 +6,8 @@ import collections
 from collections.abc import Callable
 
 from operators.frontier import METRICS, HostFrontier
-from udfs import frontier_logic as fl
+from udfs.frontier.policy import FrontierPolicy
+from udfs.frontier.rows import HostState
 from udfs.budgets import BudgetPolicy
 from udfs.control_state import ControlTable
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
@@ -64,7 +65,7 @@ class PrefixRules:
 class Harness:
     """One host's frontier with its state, timer and clock simulated."""
 
-    def __init__(self, policy: fl.FrontierPolicy = fl.FrontierPolicy(max_queue=8, lease_timeout_s=30),
+    def __init__(self, policy: FrontierPolicy = FrontierPolicy(max_queue=8, lease_timeout_s=30),
                  politeness: PolitenessPolicy = PolitenessPolicy(),
                  robots_policy: RobotsPolicy = RobotsPolicy(), controls: ControlTable | None = None,
                  soft404: Soft404Policy | None = None, budgets: BudgetPolicy | None = None,
@@ -102,8 +103,8 @@ class Harness:
         return PrefixRules(body)
 
     @property
-    def state(self) -> fl.HostState:
-        return fl.HostState.from_row(self.host_row.value())
+    def state(self) -> HostState:
+        return HostState.from_row(self.host_row.value())
 
     def _apply(self, effects) -> list[dict]:
         if effects.timer_delete_ms:

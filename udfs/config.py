@@ -27,7 +27,7 @@ SECTIONS: dict[str, str] = {
     "extract": "udfs.links:ExtractPolicy",
     "traps": "udfs.traps:TrapPolicy",
     "sitemaps": "udfs.sitemaps:SitemapPolicy",
-    "frontier": "udfs.frontier_logic:FrontierPolicy",
+    "frontier": "udfs.frontier.policy:FrontierPolicy",
     "politeness": "udfs.politeness:PolitenessPolicy",
     "fetch": "udfs.netguard:FetchPolicy",
     "warc": "udfs.warc:WarcPolicy",

@@ -2,7 +2,7 @@
 
 `dataclasses.replace` rebuilds every field through `__init__` and runs `__post_init__`; the frontier
 copies a host row once or more per discovered URL, where that work would be most of the copy's cost
-(bench/bench_frontier.py). The callers keep their own checks: `frontier_logic.replace`
+(bench/bench_frontier.py). The callers keep their own checks: `udfs.frontier.rows.replace`
 checks the field names, `budgets` derives rows only from valid ones.
 """
 from __future__ import annotations

@@ -5,6 +5,10 @@ import dataclasses
 
 from udfs.storage import is_s3_root, parse_s3_root
 
+# The global job parameter under which jobs/crawl.py keeps its own argv (a JSON list of strings), read
+# back by `crawler upgrade` (crawler/ops.py) to start the next version with the same arguments.
+JOB_ARGS_KEY = "crawler.job-args"
+
 
 @dataclasses.dataclass(frozen=True)
 class JobPolicy:

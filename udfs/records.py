@@ -91,7 +91,7 @@ class UrlEntry(TypedDict):
     sitemap_priority: NotRequired[float]
     changefreq: NotRequired[str]
     # The URL is the rel=canonical the page at this URL named, judged a `hint` (decision 1804): the
-    # frontier remembers the page (udfs.frontier_logic.MAX_CANONICAL_ALIASES of them) until the URL is
+    # frontier remembers the page (udfs.frontier.rows.MAX_CANONICAL_ALIASES of them) until the URL is
     # fetched, and if it answers 404, 410 or is a soft 404 it revises that page's verdict on crawl.status
     # (`CanonicalRevised`). An http(s) URL on the same registrable domain, not the URL
     # itself; the frontier drops an entry with any other value as malformed.

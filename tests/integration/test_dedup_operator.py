@@ -1,7 +1,7 @@
 """Content dedup in the job: exact duplicates become revisit records and aliases, near-duplicates get a
 verdict and a WARC metadata record, distinct pages are left alone (decisions 1300-1303).
 
-The MiniCluster test runs `fetch_stage` (fetch → parse → dedup → WARC writer) against a synthetic host
+The MiniCluster test runs the job's stages (fetch → parse → dedup → WARC writer) against a synthetic host
 with exact (/print/<path>) and near (/story/N-K.html) duplicates, one fetch in flight so arrival order
 is request order. Ground truth comes from the web description: pages rendered from the same source
 page are near-duplicates (their text differs by at most an ad and a timestamp); other pages are not.
@@ -22,7 +22,8 @@ import pickle
 
 from operators.dedup import join_key, owner_capture, probe_of, unpaired_verdict
 from udfs.page_facts import ParsedBundle, parse_result
-from operators.warc_writer import Location, bundle_records, events_for
+from udfs.page_events import events_for
+from udfs.warc_capture import Location, bundle_records
 from tests.warc_validators import all_validators, jwarc_available, warcio_check
 from udfs.dedup import DedupPolicy, NearMatch, decide_exact, response_record_id, unique_verdict
 from udfs.records import TOPIC_FRONTIER, TOPIC_PAGES, FetchRequest, FetchResult
@@ -165,8 +166,9 @@ def _record_at(page: dict[str, Any]) -> Any:
 
 
 @pytest.mark.integration
-def test_fetch_stage_dedups_exact_and_near_duplicates_of_the_synthetic_web(tmp_path: Path) -> None:
-    from operators.fetch import fetch_stage
+def test_fetch_stages_dedup_exact_and_near_duplicates_of_the_synthetic_web(tmp_path: Path) -> None:
+    from jobs import stages
+    from operators.python_mode import python_mode
     from tests.integration.harness import FolderFeed, collected, next_output, thread_mode_env
     from synthweb import Behaviour, HostOverride, RobotsVariant, SyntheticWeb, build_web, write_host_map
     from udfs.netguard import FetchPolicy
@@ -180,7 +182,7 @@ def test_fetch_stage_dedups_exact_and_near_duplicates_of_the_synthetic_web(tmp_p
     policy = FetchPolicy(allow_cidrs=("127.0.0.0/8",), deny_cidrs=("127.255.0.0/16",), resolve_dns=False,
                          host_map_file=str(host_map))
     # Short bundles: with one fetch in flight, each page would otherwise wait out a whole bundle.
-    env = thread_mode_env({"python.execution-mode": "process", "python.fn-execution.bundle.time": "20"})
+    env = thread_mode_env({"python.fn-execution.bundle.time": "20"})
     (tmp_path / "requests").mkdir()
     feed = FolderFeed(tmp_path / "requests")
     # A subset keeps the job short: the first pages (the originals of /print/...), every page that
@@ -192,9 +194,14 @@ def test_fetch_stage_dedups_exact_and_near_duplicates_of_the_synthetic_web(tmp_p
     events: list[tuple[str, dict]] = []
     with SyntheticWeb(web) as server:
         urls = [normalize_url(server.url(host.name, p.path)) for p in order]
-        stream = feed.source(env).map(json.loads).uid("decode").name("decode")
-        with collected(fetch_stage(stream, policy, 1, str(tmp_path / "warc"), dedup=DedupPolicy()),
-                       "dedup-test") as results:
+        with python_mode(env, "process"):
+            stream = feed.source(env).map(json.loads).uid("decode").name("decode")
+        fetched = stages.fetch(stream, policy, 1)
+        preflight = stages.preflight_events(fetched, policy)
+        pages = stages.parse(fetched)
+        verdicts = stages.dedup_verdicts(pages, DedupPolicy())
+        archived = stages.warc_writer(pages, verdicts, str(tmp_path / "warc"), dedup=DedupPolicy())
+        with collected(preflight.union(archived), "dedup-test") as results:
             # One request at a time, the next after the last one's completion, as the frontier leases
             # a host's pages: they reach dedup in request order, so "first" is well defined.
             for i, u in enumerate(urls):

@@ -2,7 +2,8 @@
 
 A raw asyncio HTTP server (so tests control every byte and every delay) runs in a background thread.
 Most behaviours are proved on `Fetcher` directly (fast); one MiniCluster job runs a batch of requests
-through `fetch_stage` in `process` mode to prove the operator wires the same behaviour into Flink.
+through the job's stages from fetch to the WARC writer (jobs/stages.py) to prove the operator wires the
+same behaviour into Flink.
 The per-address gate the fetcher keeps (operators/fetch_loop.py) is proved from the server's side
 in tests/integration/test_fetch_loop.py.
 """
@@ -413,12 +414,13 @@ def test_retry_after_and_status_survive_on_error_pages(web: LoopbackWeb) -> None
 
 
 @pytest.mark.integration
-def test_fetch_stage_in_a_minicluster_archives_pages_and_emits_every_event(web: LoopbackWeb, tmp_path) -> None:
-    from operators.fetch import fetch_stage
+def test_fetch_stages_in_a_minicluster_archive_pages_and_emit_every_event(web: LoopbackWeb, tmp_path) -> None:
+    from jobs import stages
+    from operators.python_mode import python_mode
 
-    # Process mode for the fetcher, thread mode for dedup (the job's split); an unbounded source,
-    # because the fetcher hands results out at processing-time polls, which a bounded input would end.
-    env = thread_mode_env({"python.execution-mode": "process"})
+    # Thread mode at the job level, as the job has it (each stage picks its operators' own); an unbounded
+    # source, because the fetcher hands results out at processing-time polls, which a bounded input would end.
+    env = thread_mode_env()
     (tmp_path / "requests").mkdir()
     feed = FolderFeed(tmp_path / "requests")
     denied = web.listeners[HOST_DENIED]
@@ -436,10 +438,16 @@ def test_fetch_stage_in_a_minicluster_archives_pages_and_emits_every_event(web: 
         # request of a host waiting (decision 0850), so each request here names a host of its own.
         req["lease_id"], req["host"] = f"L{i}", f"h{i}.test"
     feed.send(*requests)
-    stream = feed.source(env).map(json.loads).uid("decode").name("decode")
+    with python_mode(env, "process"):
+        stream = feed.source(env).map(json.loads).uid("decode").name("decode")
+    policy = policy_for(web)
+    fetched = stages.fetch(stream, policy, 8)
+    preflight = stages.preflight_events(fetched, policy)
+    pages = stages.parse(fetched)
+    archived = stages.warc_writer(pages, stages.dedup_verdicts(pages), str(tmp_path / "warc"))
     by_type: dict[str, list[dict]] = {}
     outcome: dict[str, tuple] = {}
-    with collected(fetch_stage(stream, policy_for(web), 8, str(tmp_path / "warc")), "fetch-stage-test") as results:
+    with collected(preflight.union(archived), "fetch-stage-test") as results:
         while len(outcome) < len(requests):
             topic, _, value = next_output(results, timeout=120)[1]
             event = json.loads(bytes(value))

@@ -32,7 +32,7 @@ BACKOFF_S = 1.0
 @pytest.fixture(scope="module")
 def frontier_job(tmp_path_factory):
     from operators.frontier import FrontierFunction
-    from udfs.frontier_logic import FrontierPolicy
+    from udfs.frontier.policy import FrontierPolicy
     from udfs.politeness import PolitenessPolicy
 
     frontier = FrontierFunction(

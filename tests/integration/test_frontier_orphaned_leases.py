@@ -67,7 +67,7 @@ def test_a_lease_of_the_failed_run_expires_uncharged_after_the_restore(tmp_path:
     from pyflink.common import Types
 
     from operators.frontier import FrontierFunction, attach_frontier, broadcast_controls
-    from udfs.frontier_logic import FrontierPolicy
+    from udfs.frontier.policy import FrontierPolicy
     from udfs.politeness import PolitenessPolicy
 
     (tmp_path / "events").mkdir()

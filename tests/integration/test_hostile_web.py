@@ -610,7 +610,7 @@ def test_a_batch_found_in_the_distant_past_never_fails_the_frontier(tmp_path):
     crawl above such a batch fails the frontier only when the levels are published before the next
     batch's lag replaces it."""
     from operators.frontier import FrontierFunction
-    from udfs.frontier_logic import FrontierPolicy
+    from udfs.frontier.policy import FrontierPolicy
     from udfs.politeness import PolitenessPolicy
     from udfs.urls import url_fp
 

@@ -1,5 +1,5 @@
-"""The crawl job's graph as PyFlink builds it (no job runs): which operators run at which width, and
-which edges shuffle records."""
+"""The crawl job's graph as PyFlink builds it (no job runs): which operators run at which width and in
+which Python execution mode, and which edges shuffle records."""
 from __future__ import annotations
 
 import json
@@ -7,10 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pyflink.common import Configuration
+import pytest
+from pyflink.common import Configuration, Types
 from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.util.java_utils import get_j_env_configuration
 
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
+from operators.python_mode import python_mode, set_python_mode
 from udfs.config import load_config
 
 
@@ -80,3 +83,99 @@ def test_checkpoints_stay_aligned_when_the_cluster_asks_for_unaligned_ones(tmp_p
     assert asked.is_unaligned_checkpoints_enabled()
     built = _built(tmp_path, flink_connector_jar, flink=cluster).get_checkpoint_config()
     assert not built.is_unaligned_checkpoints_enabled()
+
+
+def _operators(env: StreamExecutionEnvironment) -> dict[str, tuple[str, str | None, str]]:
+    """uid → (name, Python execution mode or None for a Java operator, slot sharing group) of every
+    operator with a uid, as the graph runs (PyFlink's fused operators keep the first one's uid), and
+    under "" the sorted (mode, slot group) of the Python operators without one (key and side-output maps)."""
+    found: dict[str, Any] = {"": []}
+    graph = env._generate_stream_graph(False)
+    for node in graph.getStreamNodes().toArray():
+        factory = node.getOperatorFactory()
+        # Python operators come in simple factories; sources, sinks and the Table API's operators do not.
+        simple = factory.getClass().getSimpleName() == "SimpleOperatorFactory"
+        kind = factory.getOperator().getClass().getSimpleName() if simple else ""
+        mode = ("thread" if kind.startswith("EmbeddedPython")
+                else "process" if kind.startswith("ExternalPython") else None)
+        uid, group = node.getTransformationUID(), node.getSlotSharingGroup()
+        if uid is not None:
+            found[uid] = (node.getOperatorName().split(",")[0], mode, group)
+        elif mode is not None:
+            found[""].append((mode, group))
+    found[""].sort()
+    return found
+
+
+# Every operator's uid, name, mode and slot group: a savepoint restores state by uid, and a stateful
+# operator keeps its mode for the life of its state (docs/architecture.md §4, §9).
+_FRONT_OPERATORS = {
+    "frontier-source": ("Source: crawl.frontier", None, "default"),
+    "outcomes-source": ("Source: crawl.outcomes", None, "default"),
+    "control-source": ("Source: crawl.control", None, "default"),
+    "decode-events": ("decode events", "thread", "default"),
+    "decode-outcomes": ("decode outcomes", "thread", "default"),
+    "decode-controls": ("decode controls", "thread", "default"),
+    "rejects-to-status": ("rejects to status", "thread", "default"),
+    "outcome-rejects-to-status": ("outcome rejects to status", "thread", "default"),
+    "control-rejects-to-status": ("control rejects to status", "thread", "default"),
+    "retention-gap-check": ("retention gap check", "thread", "default"),
+    "valid-events": ("valid events", "thread", "default"),
+    "valid-outcomes": ("valid outcomes", "thread", "default"),
+    "valid-controls": ("valid controls", "thread", "default"),
+    "frontier": ("frontier", "thread", "default"),
+    "domain-census": ("domain census", "thread", "default"),
+    "fetch-by-address": ("fetch", "process", "default"),
+    "robots-events": ("robots events", "process", "default"),
+    "parse": ("parse", "process", "parse"),
+    "warc-writer-joined": ("warc writer", "process", "writer"),
+}
+_DEDUP_OPERATORS = {
+    "dedup-probe": ("dedup probe", "process", "parse"),
+    "dedup-exact": ("dedup exact", "thread", "parse"),
+    "dedup-settled": ("dedup settled", "thread", "parse"),
+    "dedup-to-bands": ("dedup to bands", "thread", "parse"),
+    **{f"dedup-band-{i}-of-4": (f"dedup band {i} of 4", "thread", "parse") for i in range(4)},
+}
+
+
+def test_every_operator_keeps_its_uid_name_mode_and_slot_group(tmp_path: Path, flink_connector_jar: Path) -> None:
+    env = _built(tmp_path, flink_connector_jar)
+    assert _operators(env) == {**_FRONT_OPERATORS, **_DEDUP_OPERATORS, "": sorted([
+        ("thread", "default"), ("thread", "default"),     # the frontier's side outputs (census's with its key)
+        ("process", "default"),                           # the fetcher's key, by server address
+        ("process", "parse"),                             # the writer's key for pages, by join key
+        ("thread", "parse")])}                            # the writer's key for verdicts, fused with the last band
+    # The job-level mode at execute(): thread, which thread-mode operators need.
+    assert Configuration(j_configuration=get_j_env_configuration(env._j_stream_execution_environment)) \
+        .get_string("python.execution-mode", "") == "thread"
+    without_dedup = _operators(_built(tmp_path, flink_connector_jar, "dedup.enabled=false"))
+    assert without_dedup == {**_FRONT_OPERATORS, "no-dedup": ("no dedup", "process", "parse"), "": sorted([
+        ("thread", "default"), ("thread", "default"), ("process", "default"), ("process", "parse")])}
+
+
+def test_python_mode_sets_the_mode_of_operators_added_inside_and_restores_the_one_before() -> None:
+    env = StreamExecutionEnvironment.get_execution_environment()
+    live = Configuration(j_configuration=get_j_env_configuration(env._j_stream_execution_environment))
+    assert not live.contains_key("python.execution-mode")
+    numbers = env.from_collection([1], type_info=Types.INT())
+
+    def branch(uid: str) -> None:   # a branch of its own, so no two Python operators fuse
+        numbers.map(lambda n: n, output_type=Types.INT()).uid(uid).print()
+
+    with python_mode(env, "thread"):
+        branch("thread")
+        with python_mode(env, "process"):
+            branch("process")
+        branch("thread-again")
+    assert not live.contains_key("python.execution-mode")   # restored to absent, not to a value
+    set_python_mode(env, "thread")
+    with pytest.raises(RuntimeError), python_mode(env, "process"):
+        raise RuntimeError("a builder failed")
+    assert live.get_string("python.execution-mode", "") == "thread"
+    with pytest.raises(ValueError, match="unknown Python execution mode"), python_mode(env, "threads"):
+        pass
+    branch("thread-set")
+    # The runtime is chosen as each operator is added: what was in force then, not at graph building.
+    modes = {uid: found[1] for uid, found in _operators(env).items() if uid}
+    assert modes == {"thread": "thread", "process": "process", "thread-again": "thread", "thread-set": "thread"}

@@ -33,8 +33,9 @@ from crawler.crawl import RunSpec, seed_events, submit
 from crawler.flink_cluster import FlinkCluster
 from crawler.kafka_broker import KafkaBroker
 from crawler.ops import job_overview, last_failure, wait_running
-from operators.warc_writer import (Location, WarcFiles, WarcFileSettings, capture_records, owned_folders,
-                                   repair_file)
+from operators.warc_files import WarcFiles, WarcFileSettings
+from operators.warc_repair import owned_folders, repair_file
+from udfs.warc_capture import Location, capture_records
 from tests.integration.harness import free_port, frontier_counters
 from tests.integration.test_warc_writer import T0, result
 from synthweb import SyntheticWebProcess, Violation, audit_politeness, build_web, load_log

@@ -29,7 +29,7 @@ LAST_MODIFIED = "Mon, 30 Nov 2026 12:00:00 GMT"
 @pytest.fixture(scope="module")
 def recrawl_job(tmp_path_factory):
     from operators.frontier import FrontierFunction
-    from udfs.frontier_logic import FrontierPolicy
+    from udfs.frontier.policy import FrontierPolicy
     from udfs.politeness import PolitenessPolicy
     from udfs.recrawl import RecrawlPolicy
 

@@ -15,17 +15,12 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from udfs.page_facts import ParsedBundle, parse_result
-from operators.warc_writer import (
-    Event,
-    HeldCapture,
-    Location,
-    PageArchiver,
-    WarcFiles,
-    WarcFileSettings,
-    capture_records,
-    events_for,
-    is_archived,
-)
+from operators.page_archiver import PageArchiver
+from operators.warc_files import WarcFiles, WarcFileSettings
+from udfs.fetch_status import is_archived
+from udfs.held_capture import HeldCapture
+from udfs.page_events import Event, events_for
+from udfs.warc_capture import Location, capture_records
 from tests.warc_validators import all_validators, jwarc_available, warcio_check
 from udfs.recent import DiscoveryPolicy, RecentUrls
 from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, FetchRequest, FetchResult, FetchStatus

@@ -6,7 +6,7 @@ import jsonschema
 import pytest
 
 from udfs.page_facts import parse_result
-from operators.warc_writer import discovered_batches, parsed_page
+from udfs.page_events import discovered_batches, parsed_page
 from tests.paths import ROOT
 from udfs.canonical import CONFIRMED, HINT, IGNORED, judge_canonical
 from udfs.urls import url_fp

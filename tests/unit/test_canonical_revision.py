@@ -11,11 +11,14 @@ import json
 
 import pytest
 
-from operators.warc_writer import discovered_batches
+from udfs.page_events import discovered_batches
 from tests.unit.test_canonical import _bundle
 from tests.frontier_harness import HOST
 from tests.unit.test_frontier_recrawl import Harness
-from udfs import frontier_logic as fl
+from udfs.frontier.policy import FrontierPolicy
+from udfs.frontier.rows import MAX_CANONICAL_ALIASES, QueueItem, UrlRecord, UrlStatus, replace
+from udfs.frontier.pages import Claim, broken_reason, claim_canonical
+from udfs.frontier.admission import Verdict, coerce_entry
 from udfs.canonical import HINT, revision
 from udfs.recent import DiscoveryPolicy, RecentUrls
 from udfs.records import TOPIC_STATUS
@@ -36,29 +39,29 @@ def entry(url: str, canonical_of: str | None = None, **fields) -> dict:
 
 
 def test_a_record_keeps_its_aliases_through_a_row_and_one_without_them_stays_short():
-    record = fl.UrlRecord(fl.UrlStatus.QUEUED, 1.0, canonical_of=tuple(ALIASES[:2]))
+    record = UrlRecord(UrlStatus.QUEUED, 1.0, canonical_of=tuple(ALIASES[:2]))
     row = record.to_row()
-    assert fl.UrlRecord.from_row(row) == record
+    assert UrlRecord.from_row(row) == record
     assert json.loads(row)[-1] == ALIASES[:2]
-    assert fl.UrlRecord(fl.UrlStatus.QUEUED, 1.0).to_row() == '["queued",1.0,null,null]'
-    cleared = fl.replace(record, canonical_of=())
+    assert UrlRecord(UrlStatus.QUEUED, 1.0).to_row() == '["queued",1.0,null,null]'
+    cleared = replace(record, canonical_of=())
     assert cleared.to_row() == '["queued",1.0,null,null]'
 
 
 def test_rows_from_before_read_without_aliases_and_a_mistyped_tail_reads_as_none():
     old = '["done",1.0,null,null,2,null,9.0,null,0,0,0,null,null,0.5,5]'   # decision 1819's longest row
-    assert fl.UrlRecord.from_row(old).canonical_of == () and fl.UrlRecord.from_row(old).inlinks == 5
-    assert fl.UrlRecord.from_row('["queued",1.0,null,null]').canonical_of == ()
+    assert UrlRecord.from_row(old).canonical_of == () and UrlRecord.from_row(old).inlinks == 5
+    assert UrlRecord.from_row('["queued",1.0,null,null]').canonical_of == ()
     for tail in ('"http://x/"', '[1, null, ""]', '{"a": 1}'):
-        assert fl.UrlRecord.from_row(f'["queued",1.0,null,null,2,null,null,null,0,0,0,null,null,null,0,{tail}]'
+        assert UrlRecord.from_row(f'["queued",1.0,null,null,2,null,null,null,0,0,0,null,null,null,0,{tail}]'
                                      ).canonical_of == ()
     many = json.dumps(["queued", 1.0, None, None, 2, None, None, None, 0, 0, 0, None, None, None, 0, ALIASES])
-    assert fl.UrlRecord.from_row(many).canonical_of == tuple(ALIASES[:fl.MAX_CANONICAL_ALIASES])
+    assert UrlRecord.from_row(many).canonical_of == tuple(ALIASES[:MAX_CANONICAL_ALIASES])
 
 
 def test_a_gone_row_is_the_short_version_1_row_and_reads_back():
-    record = fl.UrlRecord(fl.UrlStatus.GONE, 5.0)
-    assert record.to_row() == '["gone",5.0,null,null]' and fl.UrlRecord.from_row(record.to_row()) == record
+    record = UrlRecord(UrlStatus.GONE, 5.0)
+    assert record.to_row() == '["gone",5.0,null,null]' and UrlRecord.from_row(record.to_row()) == record
 
 
 # --- the discovered entry --------------------------------------------------------------------------
@@ -66,52 +69,52 @@ def test_a_gone_row_is_the_short_version_1_row_and_reads_back():
 
 @pytest.mark.parametrize("alias", [ALIASES[0], f"https://www.{HOST}/shoe.html", f"http://{HOST}:8080/x"])
 def test_canonical_of_is_kept_when_it_is_a_page_of_the_same_site(alias):
-    item = fl.coerce_entry(entry(CANONICAL, alias), HOST, host_key)
-    assert isinstance(item, fl.QueueItem) and item.canonical_of == alias
-    assert fl.QueueItem.from_row(item.to_row()).canonical_of is None   # never in the queue row
+    item = coerce_entry(entry(CANONICAL, alias), HOST, host_key)
+    assert isinstance(item, QueueItem) and item.canonical_of == alias
+    assert QueueItem.from_row(item.to_row()).canonical_of is None   # never in the queue row
 
 
 @pytest.mark.parametrize("alias", [42, "", "ftp://shop.example/x", "http://other.example.org/shoe", CANONICAL,
                                    "not a url", f"http://{HOST}/" + "x" * 9000, ["http://shop.example/a"]])
 def test_a_bad_canonical_of_drops_the_entry_as_malformed(alias):
-    assert fl.coerce_entry(entry(CANONICAL, alias), HOST, host_key) is fl.Verdict.MALFORMED
+    assert coerce_entry(entry(CANONICAL, alias), HOST, host_key) is Verdict.MALFORMED
 
 
 def test_an_entry_without_canonical_of_has_none():
-    item = fl.coerce_entry(entry(CANONICAL), HOST, host_key)
-    assert isinstance(item, fl.QueueItem) and item.canonical_of is None
+    item = coerce_entry(entry(CANONICAL), HOST, host_key)
+    assert isinstance(item, QueueItem) and item.canonical_of is None
 
 
 # --- claims and answers, pure -----------------------------------------------------------------------
 
 
 def test_a_queued_canonical_remembers_up_to_the_limit_once_each():
-    record = fl.UrlRecord(fl.UrlStatus.QUEUED, 1.0)
-    for alias in ALIASES[:fl.MAX_CANONICAL_ALIASES]:
-        record, claim = fl.claim_canonical(record, alias)
-        assert claim is fl.Claim.REMEMBERED
-    assert fl.claim_canonical(record, ALIASES[0]) == (record, fl.Claim.REPEATED)
-    assert fl.claim_canonical(record, ALIASES[-1]) == (record, fl.Claim.OVER_LIMIT)
-    assert record.canonical_of == tuple(ALIASES[:fl.MAX_CANONICAL_ALIASES])
+    record = UrlRecord(UrlStatus.QUEUED, 1.0)
+    for alias in ALIASES[:MAX_CANONICAL_ALIASES]:
+        record, claim = claim_canonical(record, alias)
+        assert claim is Claim.REMEMBERED
+    assert claim_canonical(record, ALIASES[0]) == (record, Claim.REPEATED)
+    assert claim_canonical(record, ALIASES[-1]) == (record, Claim.OVER_LIMIT)
+    assert record.canonical_of == tuple(ALIASES[:MAX_CANONICAL_ALIASES])
 
 
 @pytest.mark.parametrize("status, claim, reason", [
-    (fl.UrlStatus.GONE, fl.Claim.BROKEN, "canonical answered 404 or 410"),
-    (fl.UrlStatus.SOFT_404, fl.Claim.BROKEN, "canonical is a soft 404"),
-    (fl.UrlStatus.DONE, fl.Claim.SETTLED, None), (fl.UrlStatus.MOVED_PERMANENTLY, fl.Claim.SETTLED, None),
-    (fl.UrlStatus.PARKED, fl.Claim.SETTLED, None), (fl.UrlStatus.DISALLOWED, fl.Claim.SETTLED, None),
+    (UrlStatus.GONE, Claim.BROKEN, "canonical answered 404 or 410"),
+    (UrlStatus.SOFT_404, Claim.BROKEN, "canonical is a soft 404"),
+    (UrlStatus.DONE, Claim.SETTLED, None), (UrlStatus.MOVED_PERMANENTLY, Claim.SETTLED, None),
+    (UrlStatus.PARKED, Claim.SETTLED, None), (UrlStatus.DISALLOWED, Claim.SETTLED, None),
 ])
 def test_a_fetched_canonical_answers_a_claim_at_once(status, claim, reason):
-    record = fl.UrlRecord(status, 1.0)
-    assert fl.claim_canonical(record, ALIASES[0]) == (record, claim)
-    assert fl.broken_reason(record) == reason
+    record = UrlRecord(status, 1.0)
+    assert claim_canonical(record, ALIASES[0]) == (record, claim)
+    assert broken_reason(record) == reason
 
 
 def test_the_reason_says_which_answer_when_the_completion_is_at_hand():
-    gone = fl.UrlRecord(fl.UrlStatus.GONE, 1.0)
-    assert fl.broken_reason(gone, 410) == "canonical answered 410"
-    assert fl.broken_reason(gone, 404) == "canonical answered 404"
-    assert fl.broken_reason(None, 404) is None
+    gone = UrlRecord(UrlStatus.GONE, 1.0)
+    assert broken_reason(gone, 410) == "canonical answered 410"
+    assert broken_reason(gone, 404) == "canonical answered 404"
+    assert broken_reason(None, 404) is None
 
 
 def test_the_revision_record_is_keyed_like_the_pages_parsed_record():
@@ -156,17 +159,17 @@ def _canonical_leased(h: Harness, aliases: list[str]) -> dict:
 def test_a_canonical_answering_404_or_410_revises_every_page_that_named_it(http_status):
     h = Harness()
     page = _canonical_leased(h, ALIASES)
-    assert h.counts["canonical_claimed"] == fl.MAX_CANONICAL_ALIASES
+    assert h.counts["canonical_claimed"] == MAX_CANONICAL_ALIASES
     assert h.counts["canonical_claims_over_limit"] == 1
-    assert h.record("/shoe").canonical_of == tuple(ALIASES[:fl.MAX_CANONICAL_ALIASES])
+    assert h.record("/shoe").canonical_of == tuple(ALIASES[:MAX_CANONICAL_ALIASES])
     revised = _revisions(_complete(h, page, http_status))
-    assert [record["url"] for _, record in revised] == ALIASES[:fl.MAX_CANONICAL_ALIASES]
+    assert [record["url"] for _, record in revised] == ALIASES[:MAX_CANONICAL_ALIASES]
     assert all(key == str(url_fp(record["url"])) and record["canonical"] == CANONICAL
                and record["trust"] == "ignored" and record["reason"] == f"canonical answered {http_status}"
                for key, record in revised)
-    assert h.counts["canonical_revised"] == fl.MAX_CANONICAL_ALIASES
+    assert h.counts["canonical_revised"] == MAX_CANONICAL_ALIASES
     record = h.record("/shoe")
-    assert record.status is fl.UrlStatus.GONE and record.canonical_of == ()
+    assert record.status is UrlStatus.GONE and record.canonical_of == ()
 
 
 def test_a_canonical_that_answers_200_lets_the_hint_stand_and_forgets_the_pages():
@@ -174,7 +177,7 @@ def test_a_canonical_that_answers_200_lets_the_hint_stand_and_forgets_the_pages(
     page = _canonical_leased(h, ALIASES[:2])
     assert _complete(h, page, 200).events == ()
     record = h.record("/shoe")
-    assert record.status is fl.UrlStatus.DONE and record.canonical_of == ()
+    assert record.status is UrlStatus.DONE and record.canonical_of == ()
     h.advance(10.0)
     assert _event(h, entry(CANONICAL, ALIASES[2])).events == ()     # fetched and fine: nothing to revise
     assert h.record("/shoe").canonical_of == () and h.counts["canonical_revised"] == 0
@@ -218,7 +221,7 @@ def test_a_soft_404_canonical_is_broken_too():
     page = _canonical_leased(h, ALIASES[:1])
     (revised,) = _revisions(_complete(h, page, 200, soft_404=True))
     assert revised[1]["reason"] == "canonical is a soft 404"
-    assert h.record("/shoe").status is fl.UrlStatus.SOFT_404
+    assert h.record("/shoe").status is UrlStatus.SOFT_404
     h.advance(30.0)
     (late,) = _revisions(_event(h, entry(CANONICAL, ALIASES[1])))
     assert late[1]["url"] == ALIASES[1] and late[1]["reason"] == "canonical is a soft 404"
@@ -228,10 +231,10 @@ def test_a_gone_url_comes_back_after_the_crawl_cycle_like_a_done_one():
     h = Harness()
     page = _canonical_leased(h, ALIASES[:1])
     _complete(h, page, 404)
-    h.now += fl.FrontierPolicy().recrawl_after_s
+    h.now += FrontierPolicy().recrawl_after_s
     effects = _event(h, entry(CANONICAL, ALIASES[1]))
     assert effects.events == () and h.counts["admitted"] == 2        # admitted again, the page waits for it
-    assert h.record("/shoe").status is fl.UrlStatus.QUEUED and h.record("/shoe").canonical_of == (ALIASES[1],)
+    assert h.record("/shoe").status is UrlStatus.QUEUED and h.record("/shoe").canonical_of == (ALIASES[1],)
 
 
 class CountingMap(dict):
@@ -268,8 +271,8 @@ def test_the_writer_sends_the_canonical_naming_the_page():
     bundle = _bundle("http://shop.example.com/products/shoe.html")
     (sent,) = _canonical_entries(discovered_batches(bundle))
     assert sent["canonical_of"] == bundle["result"]["request"]["url"] and sent["source"] == "link"
-    item = fl.coerce_entry(sent, "shop.example.com", host_key)
-    assert isinstance(item, fl.QueueItem) and item.canonical_of == sent["canonical_of"]
+    item = coerce_entry(sent, "shop.example.com", host_key)
+    assert isinstance(item, QueueItem) and item.canonical_of == sent["canonical_of"]
 
 
 def test_the_canonical_is_never_lost_to_the_recent_link_window():

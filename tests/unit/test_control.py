@@ -13,7 +13,8 @@ from udfs.control import (MAX_PATTERN_LENGTH, MAX_REJECT_RAW, MAX_TAKEDOWN_PATTE
                           HostControl, Pause, PatternScope, Resume, SeedsRejected, Takedown, check_seeds,
                           check_takedown_pattern, fold_host_views, host_control, normalize_host, parse_control,
                           pattern_cap_note, pause, rejected_command, resume, seed_batches, takedown)
-from udfs.frontier_logic import QueueItem, coerce_entry
+from udfs.frontier.rows import QueueItem
+from udfs.frontier.admission import coerce_entry
 from udfs.records import ContractError, decode_frontier_event, encode
 from udfs.urls import host_key, url_fp
 

@@ -8,7 +8,12 @@ from dataclasses import replace
 import pytest
 
 from tests.frontier_harness import HOST, T0, Harness
-from udfs import frontier_logic as fl
+from udfs.frontier import release, rows
+from udfs.frontier.rows import HostState, QueueItem, Robots, STATE_VERSION
+from udfs.frontier.host_budget import (MAX_INLINK_HOSTS, census_due, host_importance, note_inlink, on_domain_hosts,
+                                       spend_page)
+from udfs.frontier.admission import Verdict, admit
+from udfs.frontier.release import Step, timer_ms, wake_ms
 from udfs.budgets import DAY_S, BudgetPolicy
 from udfs.politeness import PolitenessPolicy
 from udfs.urls import registrable_domain, url_fp
@@ -17,67 +22,67 @@ BUDGETS = BudgetPolicy(host_pages_per_day=3.0, host_urls_per_round=4.0, round_s=
 POLITENESS = PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.0)
 
 
-def _item(n: int, depth: int = 0) -> fl.QueueItem:
+def _item(n: int, depth: int = 0) -> QueueItem:
     url = f"http://{HOST}/p{n}"
-    return fl.QueueItem(url, url_fp(url), depth)
+    return QueueItem(url, url_fp(url), depth)
 
 
-def _admit_many(state: fl.HostState, count: int, source: str = "link", now: float = T0,
-                depth: int = 0) -> tuple[fl.HostState, list[fl.Verdict]]:
+def _admit_many(state: HostState, count: int, source: str = "link", now: float = T0,
+                depth: int = 0) -> tuple[HostState, list[Verdict]]:
     verdicts = []
     for n in range(count):
-        state, admission = fl.admit(state, _item(n + int(now), depth), None, None, now, source=source, budgets=BUDGETS)
+        state, admission = admit(state, _item(n + int(now), depth), None, None, now, source=source, budgets=BUDGETS)
         verdicts.append(admission.verdict)
     return state, verdicts
 
 
 def test_a_host_admits_its_urls_per_round_then_drops_until_the_round_refills():
-    state, verdicts = _admit_many(fl.HostState(), 6)
-    assert verdicts == [fl.Verdict.ADMITTED] * 4 + [fl.Verdict.ROUND_BUDGET] * 2   # importance 1 at depth 0
+    state, verdicts = _admit_many(HostState(), 6)
+    assert verdicts == [Verdict.ADMITTED] * 4 + [Verdict.ROUND_BUDGET] * 2   # importance 1 at depth 0
     state, verdicts = _admit_many(state, 2, now=T0 + 50.0)                        # half a round: 2 tokens back
-    assert verdicts == [fl.Verdict.ADMITTED] * 2
+    assert verdicts == [Verdict.ADMITTED] * 2
 
 
 def test_seeds_are_never_dropped_and_make_the_host_more_important():
-    state, verdicts = _admit_many(fl.HostState(), 6, source="seed")
-    assert set(verdicts) == {fl.Verdict.ADMITTED} and state.seeded and state.min_depth == 0
-    assert fl.host_importance(state, BUDGETS) == 2.0                    # seed_bonus: one doubling
+    state, verdicts = _admit_many(HostState(), 6, source="seed")
+    assert set(verdicts) == {Verdict.ADMITTED} and state.seeded and state.min_depth == 0
+    assert host_importance(state, BUDGETS) == 2.0                    # seed_bonus: one doubling
     _, verdicts = _admit_many(state, 10, now=T0 + 1.0)
-    assert verdicts.count(fl.Verdict.ADMITTED) == 8                      # 4 URLs/round × 2
+    assert verdicts.count(Verdict.ADMITTED) == 8                      # 4 URLs/round × 2
 
 
 def test_deep_hosts_matter_less():
-    state, _ = _admit_many(fl.HostState(), 1, depth=4)
-    assert state.min_depth == 4 and fl.host_importance(state, BUDGETS) == pytest.approx(2 ** -1.0)
+    state, _ = _admit_many(HostState(), 1, depth=4)
+    assert state.min_depth == 4 and host_importance(state, BUDGETS) == pytest.approx(2 ** -1.0)
 
 
 def test_pages_wait_for_the_day_budget_and_robots_txt_is_never_budgeted():
-    state, _ = _admit_many(fl.HostState(), 4)
-    assert fl.plan(state, T0, budgets=BUDGETS).step is fl.Step.FETCH_ROBOTS
-    state = fl.replace(state, robots=fl.Robots.ALLOW_ALL, robots_expires_at=T0 + 10 * DAY_S)
+    state, _ = _admit_many(HostState(), 4)
+    assert release.plan(state, T0, budgets=BUDGETS).step is Step.FETCH_ROBOTS
+    state = rows.replace(state, robots=Robots.ALLOW_ALL, robots_expires_at=T0 + 10 * DAY_S)
     now = T0
     for _ in range(3):   # 3 pages a day at importance 1
-        assert fl.plan(state, now, budgets=BUDGETS).step is fl.Step.POP
-        state = fl.spend_page(state, now, BUDGETS)
+        assert release.plan(state, now, budgets=BUDGETS).step is Step.POP
+        state = spend_page(state, now, BUDGETS)
         now += 1.0
-    plan = fl.plan(state, now, budgets=BUDGETS)
-    assert plan.step is fl.Step.WAIT and plan.at == pytest.approx(T0 + DAY_S / 3, abs=5.0)
-    assert fl.wake_ms(state, now, budgets=BUDGETS) == fl.timer_ms(plan.at)
-    assert fl.plan(state, plan.at + 0.01, budgets=BUDGETS).step is fl.Step.POP
-    assert fl.plan(state, now).step is fl.Step.POP                       # no policy: no budget
+    plan = release.plan(state, now, budgets=BUDGETS)
+    assert plan.step is Step.WAIT and plan.at == pytest.approx(T0 + DAY_S / 3, abs=5.0)
+    assert wake_ms(state, now, budgets=BUDGETS) == timer_ms(plan.at)
+    assert release.plan(state, plan.at + 0.01, budgets=BUDGETS).step is Step.POP
+    assert release.plan(state, now).step is Step.POP                       # no policy: no budget
 
 
 def test_host_rows_keep_the_budget_and_rows_before_it_read_full():
-    state, _ = _admit_many(fl.HostState(), 2, source="seed", depth=0)
-    state = fl.spend_page(state, T0, BUDGETS)
+    state, _ = _admit_many(HostState(), 2, source="seed", depth=0)
+    state = spend_page(state, T0, BUDGETS)
     row = state.to_row()
-    assert json.loads(row)["v"] == fl.STATE_VERSION == 6
-    assert fl.HostState.from_row(row) == state
+    assert json.loads(row)["v"] == STATE_VERSION == 6
+    assert HostState.from_row(row) == state
     old = json.loads(row)
     for key in ("budget", "seeded", "min_depth"):
         del old[key]
     old["v"] = 5
-    read = fl.HostState.from_row(json.dumps(old))
+    read = HostState.from_row(json.dumps(old))
     assert (read.budget, read.seeded, read.min_depth) == (None, False, None)
 
 
@@ -98,16 +103,16 @@ def test_the_frontier_spends_both_budgets_and_counts_the_dropped_urls():
 
 
 def test_other_hosts_linking_in_raise_importance_up_to_a_bound():
-    state = fl.HostState()
+    state = HostState()
     for n in range(100):
-        state = fl.note_inlink(state, HOST, f"site{n}.example")
-    assert len(state.inlinks) == fl.MAX_INLINK_HOSTS
-    assert fl.host_importance(state, BUDGETS) == pytest.approx(2 ** (0.5 * 6.022), rel=1e-3)   # log2(65) = 6.02
-    same = fl.note_inlink(fl.HostState(), HOST, HOST)
-    again = fl.note_inlink(fl.note_inlink(fl.HostState(), HOST, "a.example"), HOST, "a.example")
+        state = note_inlink(state, HOST, f"site{n}.example")
+    assert len(state.inlinks) == MAX_INLINK_HOSTS
+    assert host_importance(state, BUDGETS) == pytest.approx(2 ** (0.5 * 6.022), rel=1e-3)   # log2(65) = 6.02
+    same = note_inlink(HostState(), HOST, HOST)
+    again = note_inlink(note_inlink(HostState(), HOST, "a.example"), HOST, "a.example")
     assert same.inlinks == () and len(again.inlinks) == 1
-    assert fl.note_inlink(fl.HostState(), HOST, None).inlinks == ()
-    assert fl.HostState.from_row(state.to_row()) == state
+    assert note_inlink(HostState(), HOST, None).inlinks == ()
+    assert HostState.from_row(state.to_row()) == state
 
 
 def test_the_frontier_counts_the_host_a_discovery_came_from():
@@ -119,14 +124,14 @@ def test_the_frontier_counts_the_host_a_discovery_came_from():
 
 
 def test_writers_say_which_host_the_links_were_found_on():
-    from operators.warc_writer import discovered_batches
+    from udfs.page_events import discovered_batches
     from tests.unit.test_canonical import _bundle
     batches = discovered_batches(_bundle(None))
     assert batches and {b["from_host"] for b in batches} == {"shop.example.com"}
 
 
 def test_writers_say_when_the_page_the_links_were_found_on_was_fetched():
-    from operators.warc_writer import discovered_batches
+    from udfs.page_events import discovered_batches
     from tests.unit.test_canonical import _bundle
     bundle = _bundle(None)
     batches = discovered_batches(bundle)
@@ -140,50 +145,50 @@ DOMAIN = BudgetPolicy(host_pages_per_day=3.0, host_urls_per_round=4.0, domain_pa
 
 
 def test_a_host_spends_its_share_of_the_domain_round_once_the_census_has_answered():
-    state, got = fl.on_domain_hosts(fl.HostState(), 3), []
+    state, got = on_domain_hosts(HostState(), 3), []
     for n in range(4):
-        state, admission = fl.admit(state, _item(n), None, None, T0, budgets=DOMAIN)
+        state, admission = admit(state, _item(n), None, None, T0, budgets=DOMAIN)
         got.append(admission.verdict)
     # 6 URLs a round for 3 hosts: 2 each, before the host's own 4
-    assert got == [fl.Verdict.ADMITTED] * 2 + [fl.Verdict.DOMAIN_ROUND_BUDGET] * 2
+    assert got == [Verdict.ADMITTED] * 2 + [Verdict.DOMAIN_ROUND_BUDGET] * 2
     assert state.budget.url_tokens == pytest.approx(2.0)     # a refused URL costs the host's own round nothing
 
 
 def test_pages_wait_for_the_domain_share_too():
-    state = fl.replace(fl.on_domain_hosts(fl.HostState(), 4), robots=fl.Robots.ALLOW_ALL, robots_expires_at=T0 + 10 * DAY_S)
+    state = rows.replace(on_domain_hosts(HostState(), 4), robots=Robots.ALLOW_ALL, robots_expires_at=T0 + 10 * DAY_S)
     state, _ = _admit_many(state, 1)
-    assert fl.plan(state, T0, budgets=DOMAIN).step is fl.Step.POP
-    state = fl.spend_page(state, T0, DOMAIN)                  # 4 pages a day for 4 hosts: 1 each
-    plan = fl.plan(state, T0 + 1.0, budgets=DOMAIN)
-    assert plan.step is fl.Step.WAIT and plan.at == pytest.approx(T0 + DAY_S, abs=1.0)
+    assert release.plan(state, T0, budgets=DOMAIN).step is Step.POP
+    state = spend_page(state, T0, DOMAIN)                  # 4 pages a day for 4 hosts: 1 each
+    plan = release.plan(state, T0 + 1.0, budgets=DOMAIN)
+    assert plan.step is Step.WAIT and plan.at == pytest.approx(T0 + DAY_S, abs=1.0)
     assert state.budget.page_tokens == pytest.approx(2.0, abs=0.01)
 
 
 def test_a_smaller_share_cuts_the_tokens_a_host_already_holds():
-    state, first = fl.admit(fl.on_domain_hosts(fl.HostState(), 1), _item(1), None, None, T0, budgets=DOMAIN)
+    state, first = admit(on_domain_hosts(HostState(), 1), _item(1), None, None, T0, budgets=DOMAIN)
     assert state.domain.url_tokens == pytest.approx(5.0)     # the share row started full: 6 URLs
-    state = fl.on_domain_hosts(state, 6)                      # now 1 URL a round
-    state, second = fl.admit(state, _item(2), None, None, T0 + 1.0, budgets=DOMAIN)
-    state, third = fl.admit(state, _item(3), None, None, T0 + 1.0, budgets=DOMAIN)
-    assert [a.verdict for a in (first, second, third)] == [fl.Verdict.ADMITTED, fl.Verdict.ADMITTED,
-                                                           fl.Verdict.DOMAIN_ROUND_BUDGET]
+    state = on_domain_hosts(state, 6)                      # now 1 URL a round
+    state, second = admit(state, _item(2), None, None, T0 + 1.0, budgets=DOMAIN)
+    state, third = admit(state, _item(3), None, None, T0 + 1.0, budgets=DOMAIN)
+    assert [a.verdict for a in (first, second, third)] == [Verdict.ADMITTED, Verdict.ADMITTED,
+                                                           Verdict.DOMAIN_ROUND_BUDGET]
 
 
 def test_the_host_row_keeps_the_domain_share_and_older_rows_ask_again():
-    state = fl.spend_page(fl.on_domain_hosts(fl.HostState(census_at=T0), 5), T0, DOMAIN)
+    state = spend_page(on_domain_hosts(HostState(census_at=T0), 5), T0, DOMAIN)
     row = state.to_row()
-    assert fl.HostState.from_row(row) == state and state.domain.share == pytest.approx(0.2)
+    assert HostState.from_row(row) == state and state.domain.share == pytest.approx(0.2)
     old = json.loads(row)
     del old["domain"], old["census_at"]
-    read = fl.HostState.from_row(json.dumps(old))
-    assert read.domain is None and fl.census_due(read, T0, DOMAIN)
+    read = HostState.from_row(json.dumps(old))
+    assert read.domain is None and census_due(read, T0, DOMAIN)
 
 
 def test_a_host_asks_the_census_once_and_again_only_when_no_answer_came():
-    assert fl.census_due(fl.HostState(), T0, DOMAIN)
-    asked = fl.HostState(census_at=T0)
-    assert not fl.census_due(asked, T0 + 49.0, DOMAIN) and fl.census_due(asked, T0 + 50.0, DOMAIN)
-    assert not fl.census_due(fl.on_domain_hosts(asked, 2), T0 + 1e6, DOMAIN)
+    assert census_due(HostState(), T0, DOMAIN)
+    asked = HostState(census_at=T0)
+    assert not census_due(asked, T0 + 49.0, DOMAIN) and census_due(asked, T0 + 50.0, DOMAIN)
+    assert not census_due(on_domain_hosts(asked, 2), T0 + 1e6, DOMAIN)
 
 
 def test_the_frontier_asks_the_census_for_a_new_host_and_spends_the_share_it_is_told():

@@ -7,7 +7,8 @@ import pytest
 import udfs.control_state as control_state
 from tests.unit.test_control_state import CountingRe, pattern_record, patterns
 from tests.frontier_harness import HOST, Harness
-from udfs import frontier_logic as fl
+from udfs.frontier.policy import FrontierPolicy
+from udfs.frontier.rows import UrlRecord, UrlStatus, signed_fp
 from udfs.control_state import DEFAULT_CONTROL_POLICY, ControlTable
 from udfs.politeness import PolitenessPolicy
 from udfs.urls import url_fp
@@ -35,7 +36,7 @@ def test_a_blocked_host_finishes_its_lease_then_fetches_nothing_until_unblocked(
     assert h.advance(60) == []               # blocked: nothing, however long
     assert h.state.queued == 3               # the queue is kept for an unblock
     control(table, {"type": "host", "host": HOST, "rate_limit_rps": None, "blocked": False})
-    released = h.advance(fl.FrontierPolicy().control_poll_s)
+    released = h.advance(FrontierPolicy().control_poll_s)
     assert [r["url"] for r in released] == [f"http://{HOST}/b"]   # picked up within one poll
 
 
@@ -89,7 +90,7 @@ def test_taken_down_urls_and_patterns_are_neither_admitted_nor_released():
     released = [r["url"] for r in h.advance(1.0)]
     assert released == [f"http://{HOST}/c"]            # /b was queued before its takedown: dropped at release
     assert h.counts["dropped_taken_down"] == 3
-    assert fl.UrlRecord.from_row(h.urls[fl.signed_fp(url_fp(f"http://{HOST}/b"))]).status is fl.UrlStatus.TAKEN_DOWN
+    assert UrlRecord.from_row(h.urls[signed_fp(url_fp(f"http://{HOST}/b"))]).status is UrlStatus.TAKEN_DOWN
 
 
 def test_a_host_takedown_stops_admission_and_fetching_for_good():

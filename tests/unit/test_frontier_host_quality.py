@@ -3,7 +3,8 @@ turning out to be duplicates gets its newly discovered URLs queued at a lower pr
 from __future__ import annotations
 
 from tests.frontier_harness import HOST, Harness
-from udfs import frontier_logic as fl
+from udfs.frontier.policy import FrontierPolicy
+from udfs.frontier.rows import HostState
 from udfs.politeness import PolitenessPolicy
 
 
@@ -19,7 +20,7 @@ def crawl(h: Harness, n: int, duplicate: bool) -> None:
 
 def test_a_host_of_duplicates_is_demoted_and_a_host_of_new_content_is_not():
     for duplicate, demoted in ((True, True), (False, False)):
-        h = Harness(policy=fl.FrontierPolicy(max_queue=1000),
+        h = Harness(policy=FrontierPolicy(max_queue=1000),
                     politeness=PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.1))
         (robots,) = h.discover(*(f"/p{i}" for i in range(40)))
         h.robots(robots, body=b"")
@@ -27,4 +28,4 @@ def test_a_host_of_duplicates_is_demoted_and_a_host_of_new_content_is_not():
         h.discover("/new")
         assert (h.state.quality.offset > 0) is demoted
         assert (h.counts["demoted_duplicate_host"] == 1) is demoted
-        assert fl.HostState.from_row(h.state.to_row()).quality == h.state.quality
+        assert HostState.from_row(h.state.to_row()).quality == h.state.quality

@@ -1,4 +1,4 @@
-"""udfs.frontier_logic: admission, robots-first release, leases, the robots state machine (§2 invariants 1-3, 6)."""
+"""udfs.frontier: admission, robots-first release, leases, the robots state machine (§2 invariants 1-3, 6)."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,14 +7,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs import frontier_logic as fl
-from udfs.frontier_logic import (FrontierPolicy, HostState, Plan, QueueItem, Robots, Step, UrlRecord, UrlStatus,
-                                 Verdict)
+from udfs.frontier.policy import DEFAULT_FRONTIER_POLICY, FrontierPolicy
+from udfs.frontier.rows import (DUE_ROW_VERSION, HostState, QUEUE_ROW_VERSION, QueueItem, Robots, STATE_VERSION,
+                                UrlRecord, UrlStatus, due_entries, due_row, signed_fp, slot_key)
+from udfs.frontier.queues import pop
+from udfs.frontier.admission import Verdict, admit, coerce_entry, in_cycle
+from udfs.frontier.release import Plan, Step, lease_page, lease_robots, plan, timer_ms, wake_ms
+from udfs.frontier.outcomes import Outcome, on_completion
+from udfs.frontier.preflight import on_robots, robots_outcome, robots_retry_delay
+from udfs.frontier.expiry import expire_lease
 from udfs.urls import host_key
 
 HOST = "example.com"
 NOW = 1_000_000.0
-P = fl.DEFAULT_FRONTIER_POLICY
+P = DEFAULT_FRONTIER_POLICY
 
 
 class PrefixRules:
@@ -50,7 +56,7 @@ def known(state: HostState = HostState(), robots: Robots = Robots.PARSED, **kw) 
 
 def admitted(state: HostState, *items: QueueItem, rules=None) -> HostState:
     for it in items:
-        state, adm = fl.admit(state, it, None, rules, NOW)
+        state, adm = admit(state, it, None, rules, NOW)
         assert adm.verdict is Verdict.ADMITTED
     return state
 
@@ -76,10 +82,10 @@ def test_policy_rejects_bad_values_naming_the_field(kwargs, needle):
 
 def test_host_row_round_trips_with_a_lease_and_queues():
     state = admitted(known(), item("/a"), item("/b", priority=0))
-    state, _ = fl.lease_robots(state, HOST, 7, NOW)
+    state, _ = lease_robots(state, HOST, 7, NOW)
     again = HostState.from_row(state.to_row())
     assert again == state
-    assert f'"v":{fl.STATE_VERSION}' in state.to_row()
+    assert f'"v":{STATE_VERSION}' in state.to_row()
 
 
 def test_host_row_of_a_new_host_is_the_default():
@@ -87,7 +93,7 @@ def test_host_row_of_a_new_host_is_the_default():
 
 
 def test_host_row_with_a_foreign_schema_version_is_refused():
-    row = HostState().to_row().replace(f'"v":{fl.STATE_VERSION}', '"v":99')
+    row = HostState().to_row().replace(f'"v":{STATE_VERSION}', '"v":99')
     with pytest.raises(ValueError, match="schema version 99"):
         HostState.from_row(row)
 
@@ -101,7 +107,7 @@ def test_queue_and_url_rows_round_trip():
 
 def test_queue_rows_carry_their_schema_version_and_rows_from_before_versions_still_read():
     it = QueueItem("https://example.com/x", 7, 1, 5, 0, None, None, 2)
-    assert it.to_row().startswith(f"[{fl.QUEUE_ROW_VERSION},")
+    assert it.to_row().startswith(f"[{QUEUE_ROW_VERSION},")
     assert QueueItem.from_row('["https://example.com/x",7,1,5,0,null,null,2]') == it
     assert QueueItem.from_row('["https://example.com/x",7,1,5,0,null,null]') == dataclasses.replace(it, redirect_hops=0)
     with pytest.raises(ValueError, match="queue row schema version 99"):
@@ -110,17 +116,17 @@ def test_queue_rows_carry_their_schema_version_and_rows_from_before_versions_sti
 
 def test_due_bucket_rows_carry_their_schema_version_and_bare_lists_still_read():
     entries = [[-5, "https://example.com/a"], [6, "https://example.com/b"]]
-    assert fl.due_entries(fl.due_row(entries)) == entries
-    assert fl.due_row(entries).startswith(f"[{fl.DUE_ROW_VERSION},")
-    assert fl.due_entries('[[-5,"https://example.com/a"]]') == entries[:1]
-    assert fl.due_entries(None) == []
+    assert due_entries(due_row(entries)) == entries
+    assert due_row(entries).startswith(f"[{DUE_ROW_VERSION},")
+    assert due_entries('[[-5,"https://example.com/a"]]') == entries[:1]
+    assert due_entries(None) == []
     with pytest.raises(ValueError, match="due bucket schema version 9"):
-        fl.due_entries('[9,[1,"https://example.com/a"]]')
+        due_entries('[9,[1,"https://example.com/a"]]')
 
 
 @pytest.mark.parametrize("fp, expected", [(0, 0), (2 ** 63 - 1, 2 ** 63 - 1), (2 ** 63, -(2 ** 63)), (2 ** 64 - 1, -1)])
 def test_signed_fp_maps_u64_onto_java_long(fp, expected):
-    assert fl.signed_fp(fp) == expected
+    assert signed_fp(fp) == expected
 
 
 # --- coerce_entry -------------------------------------------------------------------------------
@@ -146,7 +152,7 @@ def test_signed_fp_maps_u64_onto_java_long(fp, expected):
     (None, Verdict.MALFORMED),
 ])
 def test_coerce_entry_table(raw, expected):
-    assert fl.coerce_entry(raw, HOST, host_key) == expected
+    assert coerce_entry(raw, HOST, host_key) == expected
 
 
 @settings(max_examples=250, deadline=None)
@@ -155,33 +161,33 @@ def test_coerce_entry_table(raw, expected):
                             st.sampled_from(["url", "fp", "depth", "priority", "x"]), inner, max_size=5),
                         max_leaves=10))
 def test_coerce_entry_never_raises(raw):
-    assert isinstance(fl.coerce_entry(raw, HOST, host_key), (QueueItem, Verdict))
+    assert isinstance(coerce_entry(raw, HOST, host_key), (QueueItem, Verdict))
 
 
 # --- admission ----------------------------------------------------------------------------------
 
 
 def test_admit_new_url_writes_a_slot_and_a_queued_record():
-    state, adm = fl.admit(HostState(), item("/a", priority=2), None, None, NOW)
+    state, adm = admit(HostState(), item("/a", priority=2), None, None, NOW)
     assert adm.verdict is Verdict.ADMITTED
-    assert adm.slot == fl.slot_key(2, 0)
+    assert adm.slot == slot_key(2, 0)
     assert adm.record == UrlRecord(UrlStatus.QUEUED, NOW)
     assert state.queued == 1 and state.url_count == 1
     assert state.scheme == "https"  # robots.txt is fetched over the scheme URLs arrive with
 
 
 def test_a_queued_url_is_admitted_at_most_once():
-    state, adm = fl.admit(HostState(), item("/a"), UrlRecord(UrlStatus.QUEUED, NOW - 10 ** 9), None, NOW)
+    state, adm = admit(HostState(), item("/a"), UrlRecord(UrlStatus.QUEUED, NOW - 10 ** 9), None, NOW)
     assert adm.verdict is Verdict.SEEN and state.queued == 0
 
 
 @pytest.mark.parametrize("status", [UrlStatus.DONE, UrlStatus.PARKED, UrlStatus.DISALLOWED])
 def test_a_finished_url_is_seen_within_the_crawl_cycle_and_readmitted_after(status):
     fresh = UrlRecord(status, NOW - P.recrawl_after_s + 1, '"tag"', "yesterday")
-    _, adm = fl.admit(HostState(), item("/a"), fresh, None, NOW)
+    _, adm = admit(HostState(), item("/a"), fresh, None, NOW)
     assert adm.verdict is Verdict.SEEN
     old = dataclasses.replace(fresh, at=NOW - P.recrawl_after_s)
-    state, adm = fl.admit(HostState(), item("/a"), old, None, NOW)
+    state, adm = admit(HostState(), item("/a"), old, None, NOW)
     assert adm.verdict is Verdict.ADMITTED
     assert (adm.item.etag, adm.item.last_modified) == ('"tag"', "yesterday")  # conditional GET on recrawl
     assert state.url_count == 0  # an existing URL-table row is reused, not counted again
@@ -189,14 +195,14 @@ def test_a_finished_url_is_seen_within_the_crawl_cycle_and_readmitted_after(stat
 
 def test_admission_drops_robots_disallowed_urls_only_when_rules_are_known():
     rules = PrefixRules("/private")
-    _, adm = fl.admit(known(), item("/private/x"), None, rules, NOW)
+    _, adm = admit(known(), item("/private/x"), None, rules, NOW)
     assert adm.verdict is Verdict.ROBOTS_DISALLOWED
-    _, adm = fl.admit(HostState(), item("/private/x"), None, None, NOW)
+    _, adm = admit(HostState(), item("/private/x"), None, None, NOW)
     assert adm.verdict is Verdict.ADMITTED  # unknown robots: checked again at release
 
 
 def test_admission_fails_closed_when_rules_raise():
-    _, adm = fl.admit(known(), item("/x"), None, ExplodingRules(), NOW)
+    _, adm = admit(known(), item("/x"), None, ExplodingRules(), NOW)
     assert adm.verdict is Verdict.ROBOTS_DISALLOWED
 
 
@@ -204,22 +210,22 @@ def test_queue_cap_counts_the_leased_url():
     policy = FrontierPolicy(max_queue=2)
     state = known(robots=Robots.ALLOW_ALL)
     for path in ("/a", "/b"):
-        state, adm = fl.admit(state, item(path), None, None, NOW, policy)
+        state, adm = admit(state, item(path), None, None, NOW, policy)
         assert adm.verdict is Verdict.ADMITTED
-    state, adm = fl.admit(state, item("/c"), None, None, NOW, policy)
+    state, adm = admit(state, item("/c"), None, None, NOW, policy)
     assert adm.verdict is Verdict.QUEUE_FULL
-    state, slot = fl.pop(state)
-    state, _, _ = fl.lease_page(state, item("/a"), None, HOST, NOW, policy)
-    _, adm = fl.admit(state, item("/c"), None, None, NOW, policy)
+    state, slot = pop(state)
+    state, _, _ = lease_page(state, item("/a"), None, HOST, NOW, policy)
+    _, adm = admit(state, item("/c"), None, None, NOW, policy)
     assert adm.verdict is Verdict.QUEUE_FULL
 
 
 def test_host_budget_caps_the_url_table():
     policy = FrontierPolicy(max_urls_per_host=1)
-    state, _ = fl.admit(HostState(), item("/a"), None, None, NOW, policy)
-    _, adm = fl.admit(state, item("/b"), None, None, NOW, policy)
+    state, _ = admit(HostState(), item("/a"), None, None, NOW, policy)
+    _, adm = admit(state, item("/b"), None, None, NOW, policy)
     assert adm.verdict is Verdict.HOST_BUDGET
-    _, adm = fl.admit(state, item("/a"), UrlRecord(UrlStatus.DONE, 0.0), None, NOW, policy)
+    _, adm = admit(state, item("/a"), UrlRecord(UrlStatus.DONE, 0.0), None, NOW, policy)
     assert adm.verdict is Verdict.ADMITTED  # a recrawl of a known row is within budget
 
 
@@ -227,10 +233,10 @@ def test_pop_takes_highest_priority_first_then_fifo():
     state = admitted(HostState(), item("/low1", 9), item("/hi1", 0), item("/low2", 9), item("/hi2", 0))
     order = []
     while state.queued:
-        state, slot = fl.pop(state)
+        state, slot = pop(state)
         order.append(slot)
-    assert order == [fl.slot_key(0, 0), fl.slot_key(0, 1), fl.slot_key(9, 0), fl.slot_key(9, 1)]
-    assert fl.pop(state) == (state, None)
+    assert order == [slot_key(0, 0), slot_key(0, 1), slot_key(9, 0), slot_key(9, 1)]
+    assert pop(state) == (state, None)
     assert state.queues == HostState().queues  # emptied queues restart at 0: counters stay bounded
 
 
@@ -238,58 +244,58 @@ def test_pop_takes_highest_priority_first_then_fifo():
 
 
 def test_nothing_queued_means_idle():
-    assert fl.plan(HostState(), NOW) == Plan(Step.IDLE)
-    assert fl.wake_ms(HostState(), NOW) == 0
+    assert plan(HostState(), NOW) == Plan(Step.IDLE)
+    assert wake_ms(HostState(), NOW) == 0
 
 
 def test_robots_txt_is_fetched_before_anything_else():
     state = admitted(HostState(), item("/a"))
-    assert fl.plan(state, NOW).step is Step.FETCH_ROBOTS
-    state, req = fl.lease_robots(state, HOST, 99, NOW)
+    assert plan(state, NOW).step is Step.FETCH_ROBOTS
+    state, req = lease_robots(state, HOST, 99, NOW)
     assert req == {"host": HOST, "url": "https://example.com/robots.txt", "fp": 99, "kind": "robots",
                    "lease_id": "example.com/1", "depth": 0, "attempt": 1, "lease_deadline": NOW + P.lease_timeout_s}
-    assert fl.plan(state, NOW) == Plan(Step.WAIT, NOW + P.lease_timeout_s)
+    assert plan(state, NOW) == Plan(Step.WAIT, NOW + P.lease_timeout_s)
 
 
 def test_one_lease_at_a_time():
     state = admitted(known(), item("/a"), item("/b"))
-    assert fl.plan(state, NOW).step is Step.POP
-    state, _ = fl.pop(state)
-    state, req, verdict = fl.lease_page(state, item("/a"), PrefixRules(), HOST, NOW)
+    assert plan(state, NOW).step is Step.POP
+    state, _ = pop(state)
+    state, req, verdict = lease_page(state, item("/a"), PrefixRules(), HOST, NOW)
     assert verdict is Verdict.ADMITTED and req["kind"] == "page"
-    assert fl.plan(state, NOW + 1).step is Step.WAIT
-    assert fl.plan(state, NOW + 10 ** 6).step is Step.WAIT  # even past the deadline: expiry comes first
+    assert plan(state, NOW + 1).step is Step.WAIT
+    assert plan(state, NOW + 10 ** 6).step is Step.WAIT  # even past the deadline: expiry comes first
 
 
 def test_nothing_before_next_allowed_at():
     state = admitted(known(next_allowed_at=NOW + 5), item("/a"))
-    assert fl.plan(state, NOW) == Plan(Step.WAIT, NOW + 5)
-    assert fl.wake_ms(state, NOW) == fl.timer_ms(NOW + 5)
-    assert fl.plan(state, NOW + 5).step is Step.POP
+    assert plan(state, NOW) == Plan(Step.WAIT, NOW + 5)
+    assert wake_ms(state, NOW) == timer_ms(NOW + 5)
+    assert plan(state, NOW + 5).step is Step.POP
 
 
 def test_expired_robots_are_fetched_again_before_pages():
     state = admitted(known(), item("/a"))
-    assert fl.plan(state, NOW + 3600).step is Step.FETCH_ROBOTS
+    assert plan(state, NOW + 3600).step is Step.FETCH_ROBOTS
 
 
 def test_unreachable_robots_wait_for_their_retry():
     state = admitted(HostState(robots=Robots.UNREACHABLE, robots_retry_at=NOW + 60), item("/a"))
-    assert fl.plan(state, NOW) == Plan(Step.WAIT, NOW + 60)
-    assert fl.plan(state, NOW + 60).step is Step.FETCH_ROBOTS
+    assert plan(state, NOW) == Plan(Step.WAIT, NOW + 60)
+    assert plan(state, NOW + 60).step is Step.FETCH_ROBOTS
 
 
 def test_release_rechecks_robots():
     state = admitted(known(), item("/private/a"))
-    state, _ = fl.pop(state)
-    after, req, verdict = fl.lease_page(state, item("/private/a"), PrefixRules("/private"), HOST, NOW)
+    state, _ = pop(state)
+    after, req, verdict = lease_page(state, item("/private/a"), PrefixRules("/private"), HOST, NOW)
     assert (req, verdict, after.lease) == (None, Verdict.ROBOTS_DISALLOWED, None)
 
 
 def test_release_under_allow_all_needs_no_rules_and_sends_validators():
     state = admitted(known(robots=Robots.ALLOW_ALL), item("/a"))
     it = dataclasses.replace(item("/a"), etag='"e"', last_modified="lm", attempt=1)
-    state, req, _ = fl.lease_page(state, it, None, HOST, NOW)
+    state, req, _ = lease_page(state, it, None, HOST, NOW)
     assert (req["etag"], req["last_modified"], req["attempt"]) == ('"e"', "lm", 2)
 
 
@@ -299,8 +305,8 @@ def test_release_under_allow_all_needs_no_rules_and_sends_validators():
 def leased(state: HostState | None = None, it: QueueItem | None = None, rules=None) -> tuple[HostState, dict]:
     it = it or item("/a")
     state = admitted(state or known(crawl_delay=2.0), it)
-    state, _ = fl.pop(state)
-    state, req, _ = fl.lease_page(state, it, rules or PrefixRules(), HOST, NOW)
+    state, _ = pop(state)
+    state, req, _ = lease_page(state, it, rules or PrefixRules(), HOST, NOW)
     return state, req
 
 
@@ -315,7 +321,7 @@ def completion(req: dict, **kw) -> dict:
 
 def test_matching_completion_ends_the_lease_and_paces_the_host():
     state, req = leased()
-    state, out = fl.on_completion(state, completion(req), NOW + 1)
+    state, out = on_completion(state, completion(req), NOW + 1)
     assert out.matched and state.lease is None
     assert out.record == UrlRecord(UrlStatus.DONE, NOW + 1, '"v1"', None) and out.fp == req["fp"]
     assert state.next_allowed_at == pytest.approx(NOW + 1 + 2.0)  # done + max(crawl_delay 2, 10 × 0.1)
@@ -324,17 +330,17 @@ def test_matching_completion_ends_the_lease_and_paces_the_host():
 @pytest.mark.parametrize("change", [{"lease_id": "example.com/999"}, {"fp": 1}, {"lease_id": None}])
 def test_stale_or_foreign_completion_is_ignored(change):
     state, req = leased()
-    after, out = fl.on_completion(state, completion(req, **change), NOW + 1)
+    after, out = on_completion(state, completion(req, **change), NOW + 1)
     assert not out.matched and after == state
 
 
 def test_completion_without_a_lease_is_ignored():
-    assert not fl.on_completion(HostState(), {"lease_id": "x"}, NOW)[1].matched
+    assert not on_completion(HostState(), {"lease_id": "x"}, NOW)[1].matched
 
 
 def test_429_requeues_with_backoff_and_retry_after():
     state, req = leased()
-    state, out = fl.on_completion(state, completion(req, http_status=429, retry_after=300.0), NOW + 1)
+    state, out = on_completion(state, completion(req, http_status=429, retry_after=300.0), NOW + 1)
     assert out.requeue == dataclasses.replace(item("/a"), attempt=1) and out.record is None
     assert state.queued == 1 and out.slot is not None
     assert state.backoff_s == 5.0
@@ -346,12 +352,12 @@ def test_429_requeues_with_backoff_and_retry_after():
 def test_transient_failures_are_retried_until_parked(kw):
     policy = FrontierPolicy(max_attempts=2)
     state, req = leased()
-    state, out = fl.on_completion(state, completion(req, **kw), NOW + 1, policy)
+    state, out = on_completion(state, completion(req, **kw), NOW + 1, policy)
     assert out.requeue is not None and out.requeue.attempt == 1
-    state, _ = fl.pop(state)
-    state, req, _ = fl.lease_page(state, out.requeue, PrefixRules(), HOST, NOW + 100, policy)
+    state, _ = pop(state)
+    state, req, _ = lease_page(state, out.requeue, PrefixRules(), HOST, NOW + 100, policy)
     assert req["attempt"] == 2
-    state, out = fl.on_completion(state, completion(req, **kw), NOW + 101, policy)
+    state, out = on_completion(state, completion(req, **kw), NOW + 101, policy)
     assert out.parked and out.requeue is None and out.record.status is UrlStatus.PARKED
     assert state.backoff_s == 10.0
 
@@ -362,22 +368,22 @@ def test_transient_failures_are_retried_until_parked(kw):
                                 {"fetch_status": "too_large"}])
 def test_final_outcomes_are_done(kw):
     state, req = leased()
-    _, out = fl.on_completion(state, completion(req, **kw), NOW + 1)
+    _, out = on_completion(state, completion(req, **kw), NOW + 1)
     assert out.record.status is UrlStatus.DONE and out.requeue is None
 
 
 @pytest.mark.parametrize("http_status", [404, 410])
 def test_a_404_or_410_is_gone_a_done_row_by_another_name(http_status):
     state, req = leased()
-    _, out = fl.on_completion(state, completion(req, http_status=http_status), NOW + 1)
+    _, out = on_completion(state, completion(req, http_status=http_status), NOW + 1)
     assert out.record == UrlRecord(UrlStatus.GONE, NOW + 1, '"v1"', None) and out.requeue is None
-    assert fl.in_cycle(out.record, NOW + 2, fl.DEFAULT_FRONTIER_POLICY)   # the crawl-cycle rule, as for DONE
+    assert in_cycle(out.record, NOW + 2, DEFAULT_FRONTIER_POLICY)   # the crawl-cycle rule, as for DONE
     assert out.record.to_row() == f'["gone",{NOW + 1},"\\"v1\\"",null]'   # the short version 1 row
 
 
 def test_healthy_completions_lower_backoff_slowly():
     state, req = leased(known(backoff_s=10.0))
-    state, _ = fl.on_completion(state, completion(req), NOW + 1)
+    state, _ = on_completion(state, completion(req), NOW + 1)
     assert state.backoff_s == 9.0
     assert state.next_allowed_at == pytest.approx(NOW + 1 + 9.0)
 
@@ -390,7 +396,7 @@ hostile = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.tex
                                                "last_modified"]), hostile))
 def test_on_completion_never_raises_on_hostile_fields(fields):
     state, req = leased()
-    after, out = fl.on_completion(state, completion(req, **fields), NOW + 1)
+    after, out = on_completion(state, completion(req, **fields), NOW + 1)
     assert out.matched and after.lease is None and after.next_allowed_at >= NOW + 1
 
 
@@ -422,12 +428,12 @@ def test_on_completion_never_raises_on_hostile_fields(fields):
     (None, 200, Robots.UNREACHABLE),
 ])
 def test_robots_status_table(fetch_status, http_status, expected):
-    assert fl.robots_outcome(fetch_status, http_status)[0] is expected
+    assert robots_outcome(fetch_status, http_status)[0] is expected
 
 
 def robots_leased(state: HostState | None = None) -> tuple[HostState, dict]:
     state = admitted(state or HostState(), item("/a"))
-    return fl.lease_robots(state, HOST, 1, NOW)
+    return lease_robots(state, HOST, 1, NOW)
 
 
 def robots_event(req: dict, http_status: int | None = 200, fetch_status: str = "ok", body: str = "Ym9keQ==") -> dict:
@@ -437,80 +443,80 @@ def robots_event(req: dict, http_status: int | None = 200, fetch_status: str = "
 
 def test_robots_2xx_is_parsed_stored_and_fresh_for_the_ttl():
     state, req = robots_leased()
-    state, out = fl.on_robots(state, robots_event(req), PrefixRules(delay=7.0), NOW + 1)
+    state, out = on_robots(state, robots_event(req), PrefixRules(delay=7.0), NOW + 1)
     assert out.matched and out.robots_ok and out.store_robots == "Ym9keQ=="
     assert state.robots is Robots.PARSED and state.lease is None
     assert state.robots_expires_at == NOW + 1 + 86_400  # RobotsPolicy.cache_ttl_s
     assert state.crawl_delay == 7.0 and state.next_allowed_at == pytest.approx(NOW + 1 + 7.0)
-    assert fl.plan(state, NOW + 8).step is Step.POP
+    assert plan(state, NOW + 8).step is Step.POP
 
 
 def test_robots_4xx_allows_all():
     state, req = robots_leased()
-    state, out = fl.on_robots(state, robots_event(req, 404), None, NOW + 1)
+    state, out = on_robots(state, robots_event(req, 404), None, NOW + 1)
     assert state.robots is Robots.ALLOW_ALL and out.store_robots == "" and out.robots_ok
-    assert fl.plan(state, NOW + 3).step is Step.POP
+    assert plan(state, NOW + 3).step is Step.POP
 
 
 @pytest.mark.parametrize("http_status, fetch_status", [(500, "ok"), (429, "ok"), (None, "timeout"),
                                                        (None, "conn_error")])
 def test_robots_failure_disallows_all_until_a_retry_succeeds(http_status, fetch_status):
     state, req = robots_leased()
-    state, out = fl.on_robots(state, robots_event(req, http_status, fetch_status), None, NOW)
+    state, out = on_robots(state, robots_event(req, http_status, fetch_status), None, NOW)
     assert out.robots_failed and state.robots is Robots.UNREACHABLE and out.store_robots is None
     assert state.robots_retry_at == NOW + 600  # RobotsPolicy.unreachable_ttl_s
     # nothing but a robots retry, and not before its time, however long the page queue waits
-    assert fl.plan(state, NOW + 599) == Plan(Step.WAIT, NOW + 600)
-    state, req = fl.lease_robots(state, HOST, 1, NOW + 600)
+    assert plan(state, NOW + 599) == Plan(Step.WAIT, NOW + 600)
+    state, req = lease_robots(state, HOST, 1, NOW + 600)
     assert req["kind"] == "robots" and req["attempt"] == 2
-    state, _ = fl.on_robots(state, robots_event(req, 503), None, NOW + 601)
+    state, _ = on_robots(state, robots_event(req, 503), None, NOW + 601)
     assert state.robots_retry_at == NOW + 601 + 1200  # doubling
-    state, req = fl.lease_robots(state, HOST, 1, NOW + 1801)
-    state, out = fl.on_robots(state, robots_event(req, 200), PrefixRules(), NOW + 1802)
+    state, req = lease_robots(state, HOST, 1, NOW + 1801)
+    state, out = on_robots(state, robots_event(req, 200), PrefixRules(), NOW + 1802)
     assert state.robots is Robots.PARSED and state.robots_failures == 0 and out.robots_ok
 
 
 def test_robots_refresh_failure_stops_page_fetches():
     state, req = robots_leased(known())
-    state, _ = fl.on_robots(state, robots_event(req, 500), None, NOW)
+    state, _ = on_robots(state, robots_event(req, 500), None, NOW)
     assert state.robots is Robots.UNREACHABLE
-    assert fl.plan(state, NOW + 1).step is Step.WAIT
+    assert plan(state, NOW + 1).step is Step.WAIT
 
 
 @pytest.mark.parametrize("failures, expected", [(1, 60), (2, 120), (3, 240), (9, 15360), (10, 21600),
                                                (10 ** 6, 21600)])
 def test_robots_retry_delay_doubles_to_its_cap(failures, expected):
-    assert fl.robots_retry_delay(failures, 60.0) == expected
+    assert robots_retry_delay(failures, 60.0) == expected
 
 
 def test_a_blocked_robots_fetch_is_not_retried_soon():
     state, req = robots_leased()
-    state, out = fl.on_robots(state, robots_event(req, None, "blocked"), None, NOW)
+    state, out = on_robots(state, robots_event(req, None, "blocked"), None, NOW)
     assert out.robots_failed and state.robots_retry_at == NOW + 86_400
 
 
 def test_robots_304_keeps_the_stored_rules_fresh_again():
     state, req = robots_leased(known(crawl_delay=4.0))
-    state, out = fl.on_robots(state, robots_event(req, 304), None, NOW + 10)
+    state, out = on_robots(state, robots_event(req, 304), None, NOW + 10)
     assert state.robots is Robots.PARSED and state.crawl_delay == 4.0 and out.store_robots is None
     assert state.robots_expires_at == NOW + 10 + 86_400
 
 
 def test_robots_304_without_stored_rules_is_unreachable():
     state, req = robots_leased()
-    state, out = fl.on_robots(state, robots_event(req, 304), None, NOW)
+    state, out = on_robots(state, robots_event(req, 304), None, NOW)
     assert out.robots_failed and state.robots is Robots.UNREACHABLE
 
 
 def test_robots_result_for_another_lease_is_ignored():
     state, req = robots_leased()
-    after, out = fl.on_robots(state, robots_event(dict(req, lease_id="example.com/0")), None, NOW)
+    after, out = on_robots(state, robots_event(dict(req, lease_id="example.com/0")), None, NOW)
     assert not out.matched and after == state
 
 
 def test_hostile_crawl_delay_falls_back_to_default():
     state, req = robots_leased()
-    state, _ = fl.on_robots(state, robots_event(req), ExplodingRules(), NOW)
+    state, _ = on_robots(state, robots_event(req), ExplodingRules(), NOW)
     assert state.crawl_delay is None and state.robots is Robots.PARSED
 
 
@@ -519,37 +525,37 @@ def test_hostile_crawl_delay_falls_back_to_default():
 
 def test_lease_does_not_expire_before_its_deadline():
     state, _ = leased()
-    assert fl.expire_lease(state, NOW + P.lease_timeout_s - 0.001) == (state, fl.Outcome(False))
+    assert expire_lease(state, NOW + P.lease_timeout_s - 0.001) == (state, Outcome(False))
 
 
 def test_expired_page_lease_returns_the_url_to_its_queue():
     state, req = leased()
-    state, out = fl.expire_lease(state, NOW + P.lease_timeout_s)
+    state, out = expire_lease(state, NOW + P.lease_timeout_s)
     assert out.matched and state.lease is None and state.queued == 1
     assert out.requeue.attempt == 1 and out.requeue.url == req["url"]
     assert state.backoff_s == 5.0
-    assert fl.plan(state, NOW + P.lease_timeout_s).step is Step.WAIT
+    assert plan(state, NOW + P.lease_timeout_s).step is Step.WAIT
 
 
 def test_expired_page_lease_parks_at_the_attempt_limit():
     state, _ = leased(it=item("/a", attempt=P.max_attempts - 1))
-    state, out = fl.expire_lease(state, NOW + P.lease_timeout_s)
+    state, out = expire_lease(state, NOW + P.lease_timeout_s)
     assert out.parked and out.record.status is UrlStatus.PARKED and state.queued == 0
 
 
 def test_expired_robots_lease_counts_as_unreachable():
     state, _ = robots_leased()
-    state, out = fl.expire_lease(state, NOW + P.lease_timeout_s)
+    state, out = expire_lease(state, NOW + P.lease_timeout_s)
     assert out.robots_failed and state.robots is Robots.UNREACHABLE and state.queued == 1
 
 
 def test_late_completion_after_expiry_is_stale():
     state, req = leased()
-    state, _ = fl.expire_lease(state, NOW + P.lease_timeout_s)
-    _, out = fl.on_completion(state, completion(req), NOW + P.lease_timeout_s + 1)
+    state, _ = expire_lease(state, NOW + P.lease_timeout_s)
+    _, out = on_completion(state, completion(req), NOW + P.lease_timeout_s + 1)
     assert not out.matched
 
 
 def test_wake_is_the_lease_deadline_while_leased():
     state, _ = leased()
-    assert fl.wake_ms(state, NOW) == fl.timer_ms(NOW + P.lease_timeout_s)
+    assert wake_ms(state, NOW) == timer_ms(NOW + P.lease_timeout_s)

@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from operators.frontier import HostFrontier
 from tests.frontier_harness import HOST, T0, Harness, Map, PrefixRules, Value
-from udfs import frontier_logic as fl
+from udfs.frontier.policy import FrontierPolicy
+from udfs.frontier.rows import Lease, UrlRecord, UrlStatus, signed_fp
+from udfs.frontier.release import timer_ms
 from udfs.politeness import PolitenessPolicy
 from udfs.robots import RobotsPolicy, parse_robots
 from udfs.urls import url_fp
@@ -71,12 +73,12 @@ def test_disallowed_urls_are_dropped_at_admission_and_release():
     assert h.counts["dropped_robots_disallowed"] == 1
     h.discover("/private/late")
     assert h.counts["dropped_robots_disallowed"] == 2
-    assert fl.UrlRecord.from_row(h.urls[fl.signed_fp(url_fp(f"http://{HOST}/private/early"))]).status \
-        is fl.UrlStatus.DISALLOWED
+    assert UrlRecord.from_row(h.urls[signed_fp(url_fp(f"http://{HOST}/private/early"))]).status \
+        is UrlStatus.DISALLOWED
 
 
 def test_duplicates_and_queue_overflow_are_counted():
-    h = Harness(policy=fl.FrontierPolicy(max_queue=3))
+    h = Harness(policy=FrontierPolicy(max_queue=3))
     h.discover("/a", "/a", "/b", "/c", "/d")
     assert h.counts["admitted"] == 3 and h.counts["dropped_seen"] == 1 and h.counts["dropped_queue_full"] == 1
     assert len(h.slots) == 3 and len(h.urls) == 3
@@ -193,10 +195,10 @@ class Fetcher:
         self.done: set[int] = set()
         h.frontier = _Observed(h.frontier, self)
 
-    def before_call(self) -> fl.Lease | None:
+    def before_call(self) -> Lease | None:
         return self.h.state.lease
 
-    def after_call(self, lease_before: fl.Lease | None, requests: list[dict]) -> None:
+    def after_call(self, lease_before: Lease | None, requests: list[dict]) -> None:
         h = self.h
         expired = self.open is not None and lease_before is not None \
             and lease_before.lease_id == self.open["lease_id"] \
@@ -271,7 +273,7 @@ actions = st.lists(st.one_of(
 @settings(max_examples=120, deadline=None)
 @given(actions=actions)
 def test_invariants_hold_for_random_event_sequences(actions):
-    h = Harness(policy=fl.FrontierPolicy(max_queue=4, lease_timeout_s=30, max_attempts=2, robots_retry_max_s=40),
+    h = Harness(policy=FrontierPolicy(max_queue=4, lease_timeout_s=30, max_attempts=2, robots_retry_max_s=40),
                 robots_policy=RobotsPolicy(unreachable_ttl_s=10))
     fetcher = Fetcher(h)
     for kind, a, b in actions:
@@ -299,7 +301,7 @@ def test_with_the_real_robots_parser_rules_and_crawl_delay_apply():
 
 
 def test_work_per_call_is_bounded_and_resumes_on_a_timer_at_once():
-    h = Harness(policy=fl.FrontierPolicy(max_pops_per_call=2, max_queue=10))
+    h = Harness(policy=FrontierPolicy(max_pops_per_call=2, max_queue=10))
     (robots,) = h.discover("/private/1", "/private/2", "/private/3", "/ok")
     h.robots(robots)
     (ts,) = h.timers
@@ -307,7 +309,7 @@ def test_work_per_call_is_bounded_and_resumes_on_a_timer_at_once():
     h.now = ts / 1000
     # one timer call: two disallowed URLs dropped, then it yields with a timer at `now`
     assert h._apply(h.frontier.on_timer(HOST, ts, h.now)) == []
-    assert h.counts["dropped_robots_disallowed"] == 2 and h.timers == {fl.timer_ms(h.now)}
+    assert h.counts["dropped_robots_disallowed"] == 2 and h.timers == {timer_ms(h.now)}
     (page,) = h.advance(0)
     assert page["url"].endswith("/ok")
 

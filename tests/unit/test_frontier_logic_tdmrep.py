@@ -1,5 +1,5 @@
 """The tdmrep.json preflight (decision 1930): robots.txt → tdmrep.json → pages, per host and TTL, in the
-pure state machine (udfs.frontier_logic), the keyed glue (operators.frontier.HostFrontier) and the
+pure state machine (udfs.frontier), the keyed glue (operators.frontier.HostFrontier) and the
 crawl.frontier contract (udfs.records)."""
 from __future__ import annotations
 
@@ -9,7 +9,12 @@ import pytest
 
 from operators.frontier import FrontierFunction
 from tests.frontier_harness import HOST, T0, Harness, Value
-from udfs import frontier_logic as fl
+from udfs.frontier.rows import HostState, QueueItem, Robots, STATE_VERSION, replace
+from udfs.frontier.admission import admit
+from udfs.frontier.release import Plan, Step, lease_robots, lease_tdmrep, plan, timer_ms, wake_ms
+from udfs.frontier.outcomes import on_completion
+from udfs.frontier.preflight import on_robots, on_tdmrep
+from udfs.frontier.expiry import expire_lease
 from udfs.optout import OptOutPolicy
 from udfs.politeness import PolitenessPolicy
 from udfs.records import ContractError, b64, decode_frontier_event
@@ -23,18 +28,18 @@ FILE = json.dumps([{"location": "/news/", "tdm-reservation": 1},
                    {"location": "/", "tdm-reservation": 0}]).encode()
 
 
-def _queued(now: float = T0) -> fl.HostState:
-    item = fl.QueueItem(f"http://{HOST}/a", url_fp(f"http://{HOST}/a"))
-    state, _ = fl.admit(fl.HostState(), item, None, None, now)
+def _queued(now: float = T0) -> HostState:
+    item = QueueItem(f"http://{HOST}/a", url_fp(f"http://{HOST}/a"))
+    state, _ = admit(HostState(), item, None, None, now)
     return state
 
 
-def _robots_known(status: int = 404, body: bytes = b"") -> fl.HostState:
+def _robots_known(status: int = 404, body: bytes = b"") -> HostState:
     """A host with one URL queued whose robots.txt just answered `status`, the gap after it passed."""
-    state, robots = fl.lease_robots(_queued(), HOST, 1, T0)
+    state, robots = lease_robots(_queued(), HOST, 1, T0)
     event = {"lease_id": robots["lease_id"], "fetch_status": "ok", "http_status": status, "body_b64": b64(body)}
     rules = parse_robots(body) if status == 200 else None
-    state, outcome = fl.on_robots(state, event, rules, T0, politeness=POLITENESS)
+    state, outcome = on_robots(state, event, rules, T0, politeness=POLITENESS)
     assert outcome.robots_ok
     return state
 
@@ -48,35 +53,35 @@ def _tdmrep_event(request: dict, http_status: int | None = 200, body: bytes = FI
 # --- the pure state machine ----------------------------------------------------------------------
 
 def test_robots_then_tdmrep_then_pages_each_after_the_politeness_gap():
-    assert fl.plan(_queued(), T0, tdmrep=True).step is fl.Step.FETCH_ROBOTS   # robots.txt first, always
+    assert plan(_queued(), T0, tdmrep=True).step is Step.FETCH_ROBOTS   # robots.txt first, always
     state = _robots_known()
-    assert fl.plan(state, T0 + 0.5, tdmrep=True) == fl.Plan(fl.Step.WAIT, T0 + 1.0)   # the gap after robots.txt
-    assert fl.plan(state, T0 + 1.0, tdmrep=True).step is fl.Step.FETCH_TDMREP
-    state, request = fl.lease_tdmrep(state, HOST, url_fp(TDMREP_URL), None, T0 + 1.0)
+    assert plan(state, T0 + 0.5, tdmrep=True) == Plan(Step.WAIT, T0 + 1.0)   # the gap after robots.txt
+    assert plan(state, T0 + 1.0, tdmrep=True).step is Step.FETCH_TDMREP
+    state, request = lease_tdmrep(state, HOST, url_fp(TDMREP_URL), None, T0 + 1.0)
     assert request is not None and (request["kind"], request["url"]) == ("tdmrep", TDMREP_URL)
-    assert fl.plan(state, T0 + 1.0, tdmrep=True).step is fl.Step.WAIT          # one lease in flight
-    state, outcome = fl.on_tdmrep(state, _tdmrep_event(request), T0 + 2.0, POLITENESS)
+    assert plan(state, T0 + 1.0, tdmrep=True).step is Step.WAIT          # one lease in flight
+    state, outcome = on_tdmrep(state, _tdmrep_event(request), T0 + 2.0, POLITENESS)
     assert outcome.matched and outcome.store_tdmrep == b64(FILE)
     assert (state.tdmrep_found, state.tdmrep_expires_at, state.lease) == (True, T0 + 2.0 + TTL, None)
-    assert fl.plan(state, T0 + 2.5, tdmrep=True).step is fl.Step.WAIT          # the gap after the file
-    assert fl.plan(state, T0 + 3.0, tdmrep=True).step is fl.Step.POP
+    assert plan(state, T0 + 2.5, tdmrep=True).step is Step.WAIT          # the gap after the file
+    assert plan(state, T0 + 3.0, tdmrep=True).step is Step.POP
 
 
 def test_switched_off_the_host_goes_from_robots_txt_straight_to_pages():
     state = _robots_known()
-    assert fl.plan(state, T0 + 1.0).step is fl.Step.POP
-    assert fl.plan(state, T0 + 1.0, tdmrep=False).step is fl.Step.POP
-    assert fl.wake_ms(state, T0 + 1.0) == fl.timer_ms(T0 + 1.0)
+    assert plan(state, T0 + 1.0).step is Step.POP
+    assert plan(state, T0 + 1.0, tdmrep=False).step is Step.POP
+    assert wake_ms(state, T0 + 1.0) == timer_ms(T0 + 1.0)
 
 
 def test_the_verdict_holds_for_the_robots_ttl_then_the_file_is_fetched_again():
-    state = fl.replace(_robots_known(), tdmrep_expires_at=T0 + 100.0, tdmrep_found=True,
+    state = replace(_robots_known(), tdmrep_expires_at=T0 + 100.0, tdmrep_found=True,
                        robots_expires_at=T0 + TTL)
-    assert fl.plan(state, T0 + 99.0, tdmrep=True).step is fl.Step.POP
-    assert fl.plan(state, T0 + 100.0, tdmrep=True).step is fl.Step.FETCH_TDMREP
+    assert plan(state, T0 + 99.0, tdmrep=True).step is Step.POP
+    assert plan(state, T0 + 100.0, tdmrep=True).step is Step.FETCH_TDMREP
     # robots.txt expiring first is refreshed first
-    assert fl.plan(fl.replace(state, robots_expires_at=T0 + 50.0), T0 + 100.0, tdmrep=True).step \
-        is fl.Step.FETCH_ROBOTS
+    assert plan(replace(state, robots_expires_at=T0 + 50.0), T0 + 100.0, tdmrep=True).step \
+        is Step.FETCH_ROBOTS
 
 
 @pytest.mark.parametrize("http_status,fetch_status", [
@@ -84,33 +89,33 @@ def test_the_verdict_holds_for_the_robots_ttl_then_the_file_is_fetched_again():
     (None, "timeout"), (None, "conn_error"), (None, "dns_error"), (200, "too_large"), (200, "timeout"),
 ])
 def test_any_answer_but_a_complete_2xx_is_no_file_until_the_ttl(http_status, fetch_status):
-    state, request = fl.lease_tdmrep(_robots_known(), HOST, 1, None, T0 + 1.0)
-    state, outcome = fl.on_tdmrep(state, _tdmrep_event(request, http_status, fetch_status=fetch_status),
+    state, request = lease_tdmrep(_robots_known(), HOST, 1, None, T0 + 1.0)
+    state, outcome = on_tdmrep(state, _tdmrep_event(request, http_status, fetch_status=fetch_status),
                                   T0 + 2.0, POLITENESS)
     assert outcome.matched and outcome.store_tdmrep == ""
     assert (state.tdmrep_found, state.tdmrep_expires_at, state.lease) == (False, T0 + 2.0 + TTL, None)
     assert state.next_allowed_at >= T0 + 3.0            # paced like any fetch; failures raise the backoff
-    assert fl.plan(state, state.next_allowed_at, tdmrep=True).step is fl.Step.POP   # no retry storm
+    assert plan(state, state.next_allowed_at, tdmrep=True).step is Step.POP   # no retry storm
 
 
 def test_an_expired_tdmrep_lease_is_no_file_until_the_ttl():
-    state, request = fl.lease_tdmrep(_robots_known(), HOST, 1, None, T0 + 1.0)
-    assert fl.expire_lease(state, T0 + 2.0)[1].matched is False          # not before its deadline
+    state, request = lease_tdmrep(_robots_known(), HOST, 1, None, T0 + 1.0)
+    assert expire_lease(state, T0 + 2.0)[1].matched is False          # not before its deadline
     deadline = state.lease.deadline
-    state, outcome = fl.expire_lease(state, deadline)
+    state, outcome = expire_lease(state, deadline)
     assert outcome.matched and outcome.store_tdmrep == "" and not outcome.robots_failed
     assert (state.tdmrep_found, state.tdmrep_expires_at, state.lease) == (False, deadline + TTL, None)
-    assert state.robots is fl.Robots.ALLOW_ALL     # robots.txt stays known
+    assert state.robots is Robots.ALLOW_ALL     # robots.txt stays known
 
 
 def test_robots_txt_disallowing_the_file_means_no_file_and_no_fetch():
     state = _robots_known(200, b"User-agent: *\nDisallow: /.well-known/\n")
     rules = parse_robots(b"User-agent: *\nDisallow: /.well-known/\n")
-    after, request = fl.lease_tdmrep(state, HOST, 1, rules, T0 + 1.0)
+    after, request = lease_tdmrep(state, HOST, 1, rules, T0 + 1.0)
     assert request is None and after.lease is None
     assert (after.tdmrep_found, after.tdmrep_expires_at) == (False, T0 + 1.0 + TTL)
-    assert fl.lease_tdmrep(state, HOST, 1, None, T0 + 1.0)[1] is None   # PARSED without rules: fail closed
-    _, request = fl.lease_tdmrep(state, HOST, 1, parse_robots(b"User-agent: *\nDisallow: /x\n"), T0 + 1.0)
+    assert lease_tdmrep(state, HOST, 1, None, T0 + 1.0)[1] is None   # PARSED without rules: fail closed
+    _, request = lease_tdmrep(state, HOST, 1, parse_robots(b"User-agent: *\nDisallow: /x\n"), T0 + 1.0)
     assert request is not None
 
 
@@ -118,25 +123,25 @@ def test_robots_txt_disallowing_the_file_means_no_file_and_no_fetch():
     lambda e: e | {"lease_id": "other"}, lambda e: {k: v for k, v in e.items() if k != "lease_id"},
 ])
 def test_a_stale_or_foreign_tdmrep_result_changes_nothing(tamper):
-    state, request = fl.lease_tdmrep(_robots_known(), HOST, 1, None, T0 + 1.0)
-    after, outcome = fl.on_tdmrep(state, tamper(_tdmrep_event(request)), T0 + 2.0)
+    state, request = lease_tdmrep(_robots_known(), HOST, 1, None, T0 + 1.0)
+    after, outcome = on_tdmrep(state, tamper(_tdmrep_event(request)), T0 + 2.0)
     assert not outcome.matched and after == state
     # a tdmrep result does not end a page or robots lease, nor the other way round
-    assert not fl.on_completion(state, {"lease_id": request["lease_id"], "fp": 1}, T0)[1].matched
-    assert not fl.on_robots(state, {"lease_id": request["lease_id"]}, None, T0)[1].matched
+    assert not on_completion(state, {"lease_id": request["lease_id"], "fp": 1}, T0)[1].matched
+    assert not on_robots(state, {"lease_id": request["lease_id"]}, None, T0)[1].matched
 
 
 def test_host_rows_keep_the_tdmrep_status_and_rows_before_it_read_as_unknown():
-    state = fl.replace(_robots_known(), tdmrep_expires_at=T0 + 5.0, tdmrep_found=True)
+    state = replace(_robots_known(), tdmrep_expires_at=T0 + 5.0, tdmrep_found=True)
     row = state.to_row()
-    assert json.loads(row)["v"] == fl.STATE_VERSION >= 4
-    assert fl.HostState.from_row(row) == state
+    assert json.loads(row)["v"] == STATE_VERSION >= 4
+    assert HostState.from_row(row) == state
     old = json.loads(row)
     del old["tdmrep"]
     old["v"] = 3
-    read = fl.HostState.from_row(json.dumps(old))
+    read = HostState.from_row(json.dumps(old))
     assert (read.tdmrep_expires_at, read.tdmrep_found) == (0.0, False)
-    assert fl.plan(read, T0 + 10.0, tdmrep=True).step is fl.Step.FETCH_TDMREP
+    assert plan(read, T0 + 10.0, tdmrep=True).step is Step.FETCH_TDMREP
 
 
 # --- the contract ---------------------------------------------------------------------------------
@@ -245,10 +250,10 @@ def test_a_429_on_tdmrep_json_holds_the_host_for_its_retry_after_counted_from_th
     from udfs.records import FetchStatus
 
     state = _robots_known()
-    state, request = fl.lease_tdmrep(state, HOST, url_fp(TDMREP_URL), None, T0 + 1.0)
+    state, request = lease_tdmrep(state, HOST, url_fp(TDMREP_URL), None, T0 + 1.0)
     result = fetch_result(request, FetchStatus.OK, started_at=T0 + 1.0, done_at=T0 + 1.2, http_status=429,
                           headers=[("Retry-After", "6")])
     event = json.loads(json.dumps(tdmrep_event(result, 1024)))   # as it crosses crawl.outcomes
     assert event["retry_after"] == 6.0
-    state, outcome = fl.on_tdmrep(state, event, T0 + 2.0, POLITENESS)   # read 0.8 s after the answer
+    state, outcome = on_tdmrep(state, event, T0 + 2.0, POLITENESS)   # read 0.8 s after the answer
     assert outcome.matched and state.next_allowed_at >= T0 + 1.2 + 6.0

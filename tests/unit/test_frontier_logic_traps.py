@@ -1,4 +1,4 @@
-"""udfs.frontier_logic and the HostFrontier glue: trap rules at admission, redirect hops, loops and the
+"""udfs.frontier and the HostFrontier glue: trap rules at admission, redirect hops, loops and the
 source URL's status (RFC 9110 §15.4), the abnormal-growth flag (§2 invariant 6; decisions 0804, 0805)."""
 from __future__ import annotations
 
@@ -8,8 +8,13 @@ import pytest
 
 from operators.frontier import METRICS
 from tests.frontier_harness import HOST, Harness
-from udfs import frontier_logic as fl
-from udfs.frontier_logic import FrontierPolicy, HostState, QueueItem, UrlRecord, UrlStatus, Verdict
+from udfs.frontier import admission
+from udfs.frontier.policy import DEFAULT_FRONTIER_POLICY, FrontierPolicy
+from udfs.frontier.rows import HostState, QueueItem, Robots, STATE_VERSION, UrlRecord, UrlStatus, signed_fp
+from udfs.frontier.queues import pop
+from udfs.frontier.admission import Verdict, admit, coerce_entry, source_of
+from udfs.frontier.release import lease_page
+from udfs.frontier.outcomes import on_completion
 from udfs.traps import REASONS, HostTrapSummary, TrapPolicy
 from udfs.urls import host_key, url_fp
 
@@ -26,14 +31,14 @@ def entry(path: str, depth: int = 1, source: str = "link", hops: int | None = No
 
 
 def queued(path: str, depth: int = 1, hops: int = 0) -> QueueItem:
-    item = fl.coerce_entry(entry(path, depth, hops=hops), HOST, host_key)
+    item = coerce_entry(entry(path, depth, hops=hops), HOST, host_key)
     assert isinstance(item, QueueItem)
     return item
 
 
 def screen(path: str, depth: int = 1, source: str = "link", state: HostState = HostState(), hops: int = 0,
-           policy: FrontierPolicy = fl.DEFAULT_FRONTIER_POLICY) -> str | None:
-    return fl.screen(state, queued(path, depth, hops), source, NOW, TRAPS, policy)
+           policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> str | None:
+    return admission.screen(state, queued(path, depth, hops), source, NOW, TRAPS, policy)
 
 
 # --- policy and rows ----------------------------------------------------------------------------
@@ -62,7 +67,7 @@ def test_a_version_1_host_row_reads_with_an_empty_summary_and_a_fresh_window():
     data["v"] = 1
     state = HostState.from_row(json.dumps(data))
     assert state == HostState(url_count=3)
-    assert json.loads(state.to_row())["v"] == fl.STATE_VERSION  # written back in the current layout
+    assert json.loads(state.to_row())["v"] == STATE_VERSION  # written back in the current layout
 
 
 def test_a_queue_row_without_redirect_hops_reads_as_zero_hops():
@@ -77,21 +82,21 @@ def test_a_queue_row_without_redirect_hops_reads_as_zero_hops():
 
 @pytest.mark.parametrize("hops, expected", [(None, 0), (0, 0), (3, 3)])
 def test_coerce_entry_reads_redirect_hops_and_treats_missing_as_zero(hops, expected):
-    item = fl.coerce_entry(entry("/a", hops=hops), HOST, host_key)
+    item = coerce_entry(entry("/a", hops=hops), HOST, host_key)
     assert isinstance(item, QueueItem) and item.redirect_hops == expected
 
 
 @pytest.mark.parametrize("hops", [-1, True, "2", 1.5])
 def test_coerce_entry_drops_mistyped_redirect_hops_as_malformed(hops):
     raw = dict(entry("/a"), redirect_hops=hops)
-    assert fl.coerce_entry(raw, HOST, host_key) is Verdict.MALFORMED
+    assert coerce_entry(raw, HOST, host_key) is Verdict.MALFORMED
 
 
 @pytest.mark.parametrize("raw, expected", [
     ({"source": "seed"}, "seed"), ({"source": "redirect"}, "redirect"), ({}, "link"), ({"source": 7}, "link"),
 ])
 def test_source_defaults_to_link_so_only_declared_seeds_skip_the_depth_rule(raw, expected):
-    assert fl.source_of(raw) == expected
+    assert source_of(raw) == expected
 
 
 # --- trap rules at admission ----------------------------------------------------------------------
@@ -135,11 +140,11 @@ def test_admitted_session_urls_feed_the_summary_until_new_values_are_churn():
     state = HostState()
     for value in ("abc12345a", "abc12345b", "abc12345c"):
         item = queued(f"/cart?sid={value}")
-        assert fl.screen(state, item, "link", NOW, TRAPS) is None
-        state, adm = fl.admit(state, item, None, None, NOW, traps=TRAPS)
+        assert admission.screen(state, item, "link", NOW, TRAPS) is None
+        state, adm = admit(state, item, None, None, NOW, traps=TRAPS)
         assert adm.verdict is Verdict.ADMITTED
-    assert fl.screen(state, queued("/cart?sid=abc12345d"), "link", NOW, TRAPS) == "dropped_trap_session_id_churn"
-    assert fl.screen(state, queued("/cart?sid=abc12345b"), "link", NOW, TRAPS) is None  # a known value
+    assert admission.screen(state, queued("/cart?sid=abc12345d"), "link", NOW, TRAPS) == "dropped_trap_session_id_churn"
+    assert admission.screen(state, queued("/cart?sid=abc12345b"), "link", NOW, TRAPS) is None  # a known value
 
 
 def test_the_summary_in_the_host_row_stays_bounded():
@@ -147,7 +152,7 @@ def test_the_summary_in_the_host_row_stays_bounded():
     state = HostState()
     for i in range(50):
         for value in ("abc12345a", "abc12345b", "abc12345c"):
-            state, _ = fl.admit(state, queued(f"/p{i}?sid={value}"), None, None, NOW, traps=traps)
+            state, _ = admit(state, queued(f"/p{i}?sid={value}"), None, None, NOW, traps=traps)
     entries = HostState.from_row(state.to_row()).trap_summary.entries
     assert len(entries) == 4 and all(len(hashes) <= 2 for _, hashes in entries)
 
@@ -168,17 +173,17 @@ def test_the_hop_cap_follows_the_policy():
 @pytest.mark.parametrize("status", [UrlStatus.QUEUED, UrlStatus.DONE, UrlStatus.MOVED_PERMANENTLY])
 def test_a_redirect_target_seen_this_cycle_is_a_loop_and_a_seen_link_is_just_seen(status):
     record = UrlRecord(status, NOW - 60)
-    _, adm = fl.admit(HostState(), queued("/a", hops=2), record, None, NOW, source="redirect")
+    _, adm = admit(HostState(), queued("/a", hops=2), record, None, NOW, source="redirect")
     assert adm.verdict is Verdict.REDIRECT_LOOP
-    _, adm = fl.admit(HostState(), queued("/a"), record, None, NOW, source="link")
+    _, adm = admit(HostState(), queued("/a"), record, None, NOW, source="link")
     assert adm.verdict is Verdict.SEEN
 
 
 def leased(item: QueueItem) -> tuple[HostState, dict]:
-    state = HostState(robots=fl.Robots.ALLOW_ALL, robots_expires_at=NOW + 3600)
-    state, adm = fl.admit(state, item, None, None, NOW)
-    state, _ = fl.pop(state)
-    state, request, _ = fl.lease_page(state, adm.item, None, HOST, NOW)
+    state = HostState(robots=Robots.ALLOW_ALL, robots_expires_at=NOW + 3600)
+    state, adm = admit(state, item, None, None, NOW)
+    state, _ = pop(state)
+    state, request, _ = lease_page(state, adm.item, None, HOST, NOW)
     assert request is not None
     return state, request
 
@@ -200,11 +205,11 @@ def completion(request: dict, http_status: int, redirect: object, fetch_status: 
 ])
 def test_a_redirect_marks_its_source_moved_or_keeps_it_canonical(http_status, status):
     state, request = leased(queued("/a"))
-    state, out = fl.on_completion(state, completion(request, http_status, f"http://{HOST}/b"), NOW + 1)
+    state, out = on_completion(state, completion(request, http_status, f"http://{HOST}/b"), NOW + 1)
     assert out.matched and state.lease is None and out.requeue is None
     assert out.record == UrlRecord(status, NOW + 1)
     # either way the source is finished for this cycle: it is seen, not refetched
-    _, adm = fl.admit(state, queued("/a"), out.record, None, NOW + 2)
+    _, adm = admit(state, queued("/a"), out.record, None, NOW + 2)
     assert adm.verdict is Verdict.SEEN
 
 
@@ -214,7 +219,7 @@ def test_a_redirect_marks_its_source_moved_or_keeps_it_canonical(http_status, st
 ])
 def test_without_a_complete_3xx_and_a_target_the_page_is_just_done(http_status, redirect, fetch_status):
     state, request = leased(queued("/a"))
-    _, out = fl.on_completion(state, completion(request, http_status, redirect, fetch_status), NOW + 1)
+    _, out = on_completion(state, completion(request, http_status, redirect, fetch_status), NOW + 1)
     assert out.record is not None and out.record.status is UrlStatus.DONE
 
 
@@ -224,7 +229,7 @@ def test_without_a_complete_3xx_and_a_target_the_page_is_just_done(http_status, 
 def admit_new(state: HostState, n: int, now: float, policy: FrontierPolicy, start: int = 0) -> tuple[HostState, int]:
     flagged = 0
     for i in range(start, start + n):
-        state, adm = fl.admit(state, queued(f"/n{i}"), None, None, now, policy)
+        state, adm = admit(state, queued(f"/n{i}"), None, None, now, policy)
         assert adm.verdict is Verdict.ADMITTED
         flagged += adm.fast_growing
     return state, flagged
@@ -247,7 +252,7 @@ def test_slow_growth_and_recrawls_are_not_flagged():
         state, flagged = admit_new(state, 2, NOW + i * 100, policy, start=2 * i)
         assert flagged == 0
     before = state.growth_urls
-    state, adm = fl.admit(state, queued("/n0"), UrlRecord(UrlStatus.DONE, NOW - 10 ** 7), None, NOW + 950, policy)
+    state, adm = admit(state, queued("/n0"), UrlRecord(UrlStatus.DONE, NOW - 10 ** 7), None, NOW + 950, policy)
     assert adm.verdict is Verdict.ADMITTED and not adm.fast_growing and state.growth_urls == before
 
 
@@ -289,7 +294,7 @@ def test_a_redirect_loop_is_fetched_once_per_url_then_dropped():
     assert h.advance(60) == []
     assert h.counts["dropped_redirect_loop"] == 1
     assert h.counts["moved_permanently"] == 1 and h.counts["redirected"] == 1
-    rows = {path: UrlRecord.from_row(h.urls[fl.signed_fp(url_fp(f"http://{HOST}{path}"))]).status
+    rows = {path: UrlRecord.from_row(h.urls[signed_fp(url_fp(f"http://{HOST}{path}"))]).status
             for path in ("/a", "/b")}
     assert rows == {"/a": UrlStatus.MOVED_PERMANENTLY, "/b": UrlStatus.REDIRECTED}
 

@@ -15,8 +15,12 @@ from operators.frontier import METRICS, HostFrontier
 from tests.unit.test_frontier_logic import HOST, NOW, P, admitted, completion, item, known, leased, robots_leased
 from tests.unit.test_frontier_logic import PrefixRules as AllowAll
 from tests.frontier_harness import Map, PrefixRules, Value
-from udfs import frontier_logic as fl
-from udfs.frontier_logic import Robots, Step
+from udfs.frontier.policy import FrontierPolicy
+from udfs.frontier.rows import HostState, Lease, QueueItem, Robots
+from udfs.frontier.queues import pop
+from udfs.frontier.release import Step, lease_page, lease_robots, plan
+from udfs.frontier.outcomes import Outcome, issued_in_run, on_completion, orphan_lease
+from udfs.frontier.expiry import expire_lease
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy, fetch_gap
 from udfs.urls import url_fp
 
@@ -24,11 +28,11 @@ OLD_RUN, NEW_RUN = "0000000a-", "0000000b-"
 DEADLINE = NOW + P.lease_timeout_s
 
 
-def leased_in(run: str, it: fl.QueueItem | None = None, state: fl.HostState | None = None):
+def leased_in(run: str, it: QueueItem | None = None, state: HostState | None = None):
     it = it or item("/a")
     state = admitted(state or known(crawl_delay=2.0), it)
-    state, _ = fl.pop(state)
-    state, req, _ = fl.lease_page(state, it, AllowAll(), HOST, NOW, P, run)
+    state, _ = pop(state)
+    state, req, _ = lease_page(state, it, AllowAll(), HOST, NOW, P, run)
     return state, req
 
 
@@ -37,7 +41,7 @@ def leased_in(run: str, it: fl.QueueItem | None = None, state: fl.HostState | No
 
 def test_a_page_lease_of_an_earlier_run_goes_back_with_the_attempt_it_had_and_no_backoff():
     state, req = leased_in(OLD_RUN, item("/a", attempt=1))
-    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    after, out = expire_lease(state, DEADLINE, run=NEW_RUN)
     assert out.matched and out.orphaned and not out.parked and out.record is None
     assert out.requeue.url == req["url"] and out.requeue.attempt == 1
     assert after.lease is None and after.queued == 1 and after.backoff_s == 0.0
@@ -47,57 +51,57 @@ def test_a_page_lease_of_an_earlier_run_goes_back_with_the_attempt_it_had_and_no
 
 def test_an_orphaned_page_lease_is_never_parked_even_at_its_last_attempt():
     state, _ = leased_in(OLD_RUN, item("/a", attempt=P.max_attempts - 1))
-    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    after, out = expire_lease(state, DEADLINE, run=NEW_RUN)
     assert not out.parked and out.requeue.attempt == P.max_attempts - 1 and after.queued == 1
 
 
 def test_a_lease_of_this_run_is_still_charged_as_a_timeout():
     state, _ = leased_in(NEW_RUN)
-    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    after, out = expire_lease(state, DEADLINE, run=NEW_RUN)
     assert not out.orphaned and out.requeue.attempt == 1
     assert after.backoff_s == DEFAULT_POLITENESS_POLICY.backoff_initial_s
 
 
 def test_without_a_run_every_expiry_is_charged_as_before():
     state, _ = leased_in(OLD_RUN)
-    _, out = fl.expire_lease(state, DEADLINE)
+    _, out = expire_lease(state, DEADLINE)
     assert not out.orphaned and out.requeue.attempt == 1
 
 
 def test_a_lease_id_from_before_runs_were_named_is_orphaned():
     state, _ = leased()   # `host/<seq>`: what releases before decision 1604 wrote
-    assert not fl.issued_in_run(state.lease, NEW_RUN)
-    _, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    assert not issued_in_run(state.lease, NEW_RUN)
+    _, out = expire_lease(state, DEADLINE, run=NEW_RUN)
     assert out.orphaned and out.requeue.attempt == 0
 
 
 def test_an_orphaned_lease_waits_for_its_deadline_like_any_other():
     state, _ = leased_in(OLD_RUN)
-    assert fl.expire_lease(state, DEADLINE - 0.001, run=NEW_RUN) == (state, fl.Outcome(False))
+    assert expire_lease(state, DEADLINE - 0.001, run=NEW_RUN) == (state, Outcome(False))
 
 
 def test_an_orphaned_robots_lease_leaves_robots_state_as_it_was_and_leases_it_again():
     state, _ = robots_leased()
     state = dataclasses.replace(state, lease=dataclasses.replace(state.lease, lease_id=f"{HOST}/{OLD_RUN}1"))
-    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    after, out = expire_lease(state, DEADLINE, run=NEW_RUN)
     assert out.orphaned and not out.robots_failed
     assert after.robots is Robots.NONE and after.robots_failures == 0 and after.backoff_s == 0.0
-    assert fl.plan(after, after.next_allowed_at).step is Step.FETCH_ROBOTS
+    assert plan(after, after.next_allowed_at).step is Step.FETCH_ROBOTS
 
 
 def test_an_orphaned_robots_retry_keeps_the_failure_count_it_had():
     state = known(robots=Robots.UNREACHABLE, robots_failures=2, robots_retry_at=NOW - 1)
-    state, _ = fl.lease_robots(admitted(state, item("/a")), HOST, 1, NOW, P, OLD_RUN)
-    after, out = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    state, _ = lease_robots(admitted(state, item("/a")), HOST, 1, NOW, P, OLD_RUN)
+    after, out = expire_lease(state, DEADLINE, run=NEW_RUN)
     assert out.orphaned and after.robots_failures == 2 and after.robots is Robots.UNREACHABLE
-    assert fl.plan(after, after.next_allowed_at).step is Step.FETCH_ROBOTS
+    assert plan(after, after.next_allowed_at).step is Step.FETCH_ROBOTS
 
 
 def test_orphaned_tdmrep_and_probe_leases_are_leased_again_with_no_verdict():
     for kind in ("tdmrep", "probe"):
         state = known()
-        lease = fl.Lease(f"{HOST}/{OLD_RUN}1", kind, DEADLINE, item("/x"))
-        after, out = fl.expire_lease(dataclasses.replace(state, lease=lease), DEADLINE, run=NEW_RUN)
+        lease = Lease(f"{HOST}/{OLD_RUN}1", kind, DEADLINE, item("/x"))
+        after, out = expire_lease(dataclasses.replace(state, lease=lease), DEADLINE, run=NEW_RUN)
         assert out.orphaned and out.store_tdmrep is None and out.requeue is None
         assert after.tdmrep_expires_at == state.tdmrep_expires_at and after.probe is state.probe
 
@@ -106,16 +110,16 @@ def test_the_restarted_clock_never_moves_the_host_earlier():
     state, _ = leased_in(OLD_RUN)
     later = DEADLINE + 500.0
     state = dataclasses.replace(state, next_allowed_at=later, backoff_s=40.0)   # set by the restored row
-    after, _ = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
+    after, _ = expire_lease(state, DEADLINE, run=NEW_RUN)
     assert after.next_allowed_at == later and after.backoff_s == 40.0
     gap = fetch_gap(None, 0.0, 40.0, DEFAULT_POLITENESS_POLICY)
-    assert fl.orphan_lease(state, later + 1)[0].next_allowed_at == later + 1 + gap
+    assert orphan_lease(state, later + 1)[0].next_allowed_at == later + 1 + gap
 
 
 def test_a_late_completion_of_an_orphaned_lease_is_stale():
     state, req = leased_in(OLD_RUN)
-    after, _ = fl.expire_lease(state, DEADLINE, run=NEW_RUN)
-    _, out = fl.on_completion(after, completion(req), DEADLINE + 1)
+    after, _ = expire_lease(state, DEADLINE, run=NEW_RUN)
+    _, out = on_completion(after, completion(req), DEADLINE + 1)
     assert not out.matched
 
 
@@ -136,7 +140,7 @@ class Subtask:
     def open(self, epoch: int) -> None:
         self.counts.clear()   # a new run's counters start at zero
         self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, PrefixRules,
-                                     fl.FrontierPolicy(lease_timeout_s=30), self.politeness, epoch=epoch)
+                                     FrontierPolicy(lease_timeout_s=30), self.politeness, epoch=epoch)
 
     def _count(self, name: str) -> None:
         assert name in METRICS, name
@@ -160,8 +164,8 @@ class Subtask:
         return self._apply(self.frontier.on_timer(HOST, at, self.now))
 
     @property
-    def state(self) -> fl.HostState:
-        return fl.HostState.from_row(self.host_row.value())
+    def state(self) -> HostState:
+        return HostState.from_row(self.host_row.value())
 
 
 def discovered(*paths: str) -> dict:
@@ -211,7 +215,7 @@ def test_without_a_restore_the_same_expiry_is_a_charged_timeout():
 
 def test_a_capture_the_writer_lost_puts_the_url_back_uncharged() -> None:
     state, req = leased(known(crawl_delay=2.0, backoff_s=10.0), item("/lost", attempt=1))
-    state, out = fl.on_completion(state, completion(req, fetch_status="not_archived", capture=None), NOW + 1)
+    state, out = on_completion(state, completion(req, fetch_status="not_archived", capture=None), NOW + 1)
     assert out.matched and out.orphaned and out.record is None
     assert out.requeue is not None and out.requeue.attempt == 1 and out.requeue.url.endswith("/lost")
     assert state.lease is None and state.backoff_s == 10.0 and state.parse_strikes == 0

@@ -1,19 +1,20 @@
-"""A host whose pages end at hostile parse limits pays for them (udfs.frontier_logic.parse_strike,
+"""A host whose pages end at hostile parse limits pays for them (udfs.frontier.outcomes.parse_strike,
 decision 3702): each strike is a failure for its backoff, and at `max_parse_strikes` it is held."""
 from __future__ import annotations
 
 import pytest
 
 from tests.unit.test_frontier_logic import NOW, completion, item, known, leased
-from udfs import frontier_logic as fl
-from udfs.frontier_logic import FrontierPolicy, HostState, UrlStatus
+from udfs.frontier.policy import FrontierPolicy
+from udfs.frontier.rows import HostState, UrlStatus, replace
+from udfs.frontier.outcomes import is_held_for_parse_strikes, on_completion
 from udfs.records import HOSTILE_PARSE_LIMITS, PARSE_LIMITS
 
 
 def complete(state: HostState, path: str, limit: str | None, at: float,
              policy: FrontierPolicy = FrontierPolicy()) -> HostState:
     state, req = leased(state, item(path))
-    state, out = fl.on_completion(state, completion(req, **({"parse_limit": limit} if limit else {})), at, policy)
+    state, out = on_completion(state, completion(req, **({"parse_limit": limit} if limit else {})), at, policy)
     assert out.matched and out.record is not None and out.record.status is UrlStatus.DONE   # archived, not retried
     return state
 
@@ -35,7 +36,7 @@ def test_the_element_cap_is_no_strike() -> None:
 def test_unknown_parse_limit_values_are_no_strike() -> None:
     for value in ("bogus", 1, None, ["depth"]):
         state, req = leased(known(crawl_delay=2.0))
-        state, _ = fl.on_completion(state, completion(req, parse_limit=value), NOW + 1)
+        state, _ = on_completion(state, completion(req, parse_limit=value), NOW + 1)
         assert state.parse_strikes == 0
 
 
@@ -44,11 +45,11 @@ def test_a_host_at_max_parse_strikes_is_held_and_each_further_strike_holds_it_ag
     state = known(crawl_delay=2.0)
     for strike in range(2):
         state = complete(state, f"/bomb{strike}", "depth", NOW + 10 * strike, policy)
-        assert not fl.is_held_for_parse_strikes(state, policy)
+        assert not is_held_for_parse_strikes(state, policy)
         assert state.next_allowed_at < NOW + 3_600.0
     state = complete(state, "/bomb2", "cpu", NOW + 20, policy)
-    assert fl.is_held_for_parse_strikes(state, policy) and state.next_allowed_at == NOW + 20 + 3_600.0
-    state = fl.replace(state, next_allowed_at=0.0)   # as if the hold had run out
+    assert is_held_for_parse_strikes(state, policy) and state.next_allowed_at == NOW + 20 + 3_600.0
+    state = replace(state, next_allowed_at=0.0)   # as if the hold had run out
     state = complete(state, "/bomb3", "memory", NOW + 5_000, policy)
     assert state.next_allowed_at == NOW + 5_000 + 3_600.0 and state.parse_strikes == 4
 

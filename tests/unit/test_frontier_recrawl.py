@@ -13,9 +13,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.frontier import GAUGES, METRICS, FrontierGauges, HostFrontier
-from operators.warc_writer import bundle_records, capture_of
+from udfs.warc_capture import bundle_records, capture_of
 from tests.frontier_harness import HOST, T0, Map, Value
-from udfs import frontier_logic as fl
+from udfs.frontier import rows
+from udfs.frontier.policy import FrontierPolicy
+from udfs.frontier.rows import (HostState, LANES, PRIORITIES, QueueItem, SLOT_SPAN, UrlRecord, UrlStatus,
+                                coerce_capture, due_entries, replace, signed_fp)
+from udfs.frontier.pages import page_value
+from udfs.frontier.queues import pop_lane, push, recrawl_item
+from udfs.frontier.admission import Verdict, admit
 from udfs.politeness import PolitenessPolicy
 from udfs.records import b64
 from udfs.recrawl import HostSignals, PageValue, RecrawlPolicy, UrlHistory, next_due
@@ -30,7 +36,7 @@ CAPTURE = {"record_id": "<urn:uuid:11111111-1111-4111-8111-111111111111>", "targ
 class Harness:
     """One host's frontier with recrawl on: the politeness timer and the due-bucket timers simulated apart."""
 
-    def __init__(self, recrawl: RecrawlPolicy = RECRAWL, policy: fl.FrontierPolicy = fl.FrontierPolicy(),
+    def __init__(self, recrawl: RecrawlPolicy = RECRAWL, policy: FrontierPolicy = FrontierPolicy(),
                  gauges: FrontierGauges | None = None, epoch: int = 1, state: Harness | None = None) -> None:
         if state is None:
             self.host_row, self.body, self.slots, self.urls, self.due = Value(), Value(), Map(), Map(), Map()
@@ -57,11 +63,11 @@ class Harness:
         return PrefixRules(body)
 
     @property
-    def state(self) -> fl.HostState:
-        return fl.HostState.from_row(self.host_row.value())
+    def state(self) -> HostState:
+        return HostState.from_row(self.host_row.value())
 
-    def record(self, path: str) -> fl.UrlRecord:
-        return fl.UrlRecord.from_row(self.urls[fl.signed_fp(url_fp(f"http://{HOST}{path}"))])
+    def record(self, path: str) -> UrlRecord:
+        return UrlRecord.from_row(self.urls[signed_fp(url_fp(f"http://{HOST}{path}"))])
 
     def _apply(self, effects) -> list[dict]:
         if effects.timer_delete_ms:
@@ -140,14 +146,14 @@ def test_a_fetched_url_comes_due_at_next_due_and_is_released_again_with_validato
     fetched_at = h.now
     h.complete(page, capture=CAPTURE)
     record = h.record("/a")
-    assert record.status is fl.UrlStatus.DONE and record.history.etag == '"v1"'
+    assert record.status is UrlStatus.DONE and record.history.etag == '"v1"'
     expected = next_due(UrlHistory(last_fetch_at=fetched_at, etag='"v1"', content_hash="sha256:1",
                                    last_modified="Mon, 30 Nov 2026 00:00:00 GMT"), PageValue(depth=1),
                         fetched_at, RECRAWL, HostSignals())
     assert record.due == pytest.approx(expected)
     assert RECRAWL.min_interval_s <= record.due - fetched_at <= RECRAWL.max_interval_s
     assert h.advance(record.due - h.now - 1.0) == []          # not before its due time
-    (again,) = h.pages(fl.FrontierPolicy().due_bucket_s + 2.0)  # at most one bucket late
+    (again,) = h.pages(FrontierPolicy().due_bucket_s + 2.0)  # at most one bucket late
     assert again["url"] == f"http://{HOST}/a" and record.due <= h.now <= record.due + 61.0
     assert again["etag"] == '"v1"' and again["last_modified"] == "Mon, 30 Nov 2026 00:00:00 GMT"
     assert again["revisit_of"] == CAPTURE
@@ -161,7 +167,7 @@ def test_the_host_tracks_what_its_schedule_asks_for_one_term_per_page():
     first = h.record("/a")
     signals = h.state.signals
     assert signals.pages == 1 and signals.demand == pytest.approx(1.0 / (first.due - first.history.last_fetch_at))
-    (again,) = h.pages(first.due - h.now + fl.FrontierPolicy().due_bucket_s + 2.0)
+    (again,) = h.pages(first.due - h.now + FrontierPolicy().due_bucket_s + 2.0)
     h.complete(again)
     second = h.record("/a")
     signals = h.state.signals
@@ -204,7 +210,7 @@ def test_a_304_keeps_validators_and_capture_and_counts_as_unchanged():
     record = h.record("/a")
     assert (record.etag, record.last_modified) == ('"v1"', "Mon, 30 Nov 2026 00:00:00 GMT")
     assert record.history.content_hash == "sha256:1"          # the stored copy's hash, not the 304's
-    assert fl.capture_of(record.capture, f"http://{HOST}/a") == fl.coerce_capture(CAPTURE)   # the full capture
+    assert rows.capture_of(record.capture, f"http://{HOST}/a") == coerce_capture(CAPTURE)   # the full capture
     assert h.counts["not_modified"] == 1 and h.counts["recrawl_unchanged"] == 1
     (third,) = h.pages(record.due - h.now + 61.0)
     assert third["etag"] == '"v1"' and third["revisit_of"] == CAPTURE
@@ -217,7 +223,7 @@ def test_a_new_capture_replaces_the_old_one_after_a_changed_200():
     (again,) = h.pages(h.record("/a").due - h.now + 61.0)
     newer = CAPTURE | {"record_id": "<urn:uuid:22222222-2222-4222-8222-222222222222>"}
     h.complete(again, content_hash="sha256:2", etag='"v2"', capture=newer)
-    assert fl.capture_of(h.record("/a").capture, f"http://{HOST}/a") == fl.coerce_capture(newer)
+    assert rows.capture_of(h.record("/a").capture, f"http://{HOST}/a") == coerce_capture(newer)
     assert h.record("/a").etag == '"v2"'
     assert h.counts["recrawl_changed"] == 1
 
@@ -229,7 +235,7 @@ def test_rediscovery_does_not_fetch_a_scheduled_url_before_its_due_time():
     due = h.record("/a").due
     h.advance(30.0)
     assert h.discover("/a") == [] and h.counts["dropped_seen"] == 1
-    assert h.record("/a").status is fl.UrlStatus.DONE
+    assert h.record("/a").status is UrlStatus.DONE
     h.now = due + 1.0                       # due, but its bucket's timer has not fired yet
     (again,) = h.discover("/a")
     assert h.counts["admitted"] == 2 and again["etag"] == '"v1"'   # the history and validators are kept
@@ -243,7 +249,7 @@ def test_failures_are_not_scheduled_and_keep_the_crawl_cycle_rule():
     h.complete(page, http_status=404)
     assert h.record("/a").due is None and not h.due
     assert h.discover("/a") == []                          # within the crawl cycle
-    h.now += fl.FrontierPolicy().recrawl_after_s
+    h.now += FrontierPolicy().recrawl_after_s
     h.discover("/a")
     assert h.counts["admitted"] == 2
 
@@ -268,7 +274,7 @@ def test_due_bucket_rows_hold_fp_and_url_and_are_removed_when_fired():
     h.complete(page)
     ((bucket, row),) = h.due.items()
     assert bucket % 60_000 == 0 and bucket / 1000 >= h.record("/a").due
-    assert fl.due_entries(row) == [[fl.signed_fp(url_fp(f"http://{HOST}/a")), f"http://{HOST}/a"]]
+    assert due_entries(row) == [[signed_fp(url_fp(f"http://{HOST}/a")), f"http://{HOST}/a"]]
     h.advance(bucket / 1000 - h.now + 1)
     assert not h.due
 
@@ -281,90 +287,90 @@ def test_the_politeness_timer_never_lands_on_a_due_bucket_time():
     assert h.timer == 1_700_000_040_001
 
 
-def _queued(lanes: dict[int, int]) -> fl.HostState:
-    state = fl.HostState()
+def _queued(lanes: dict[int, int]) -> HostState:
+    state = HostState()
     for index, n in lanes.items():
         for _ in range(n):
-            state, _ = fl.push(state, fl.QueueItem(f"http://{HOST}/{index}", 1, priority=index))
+            state, _ = push(state, QueueItem(f"http://{HOST}/{index}", 1, priority=index))
     return state
 
 
 def test_the_split_gives_recrawl_its_share_when_both_lanes_have_urls():
-    state = _queued({5: 1000, fl.PRIORITIES + 4: 1000})
+    state = _queued({5: 1000, PRIORITIES + 4: 1000})
     lanes = []
     for _ in range(1000):
-        state, slot = fl.pop_lane(state, RecrawlPolicy(recrawl_share=0.6))
-        lanes.append(slot // fl.SLOT_SPAN >= fl.PRIORITIES)
+        state, slot = pop_lane(state, RecrawlPolicy(recrawl_share=0.6))
+        lanes.append(slot // SLOT_SPAN >= PRIORITIES)
     assert 0.55 < sum(lanes) / len(lanes) < 0.65
 
 
 def test_lane_and_tier_choices_are_reproducible_from_state():
-    state = _queued({2: 5, fl.PRIORITIES: 5, fl.PRIORITIES + 9: 5})
+    state = _queued({2: 5, PRIORITIES: 5, PRIORITIES + 9: 5})
     runs = []
     for _ in range(2):
         s, slots = state, []
         for _ in range(15):
-            s, slot = fl.pop_lane(s, RECRAWL)
+            s, slot = pop_lane(s, RECRAWL)
             slots.append(slot)
         runs.append(slots)
     assert runs[0] == runs[1] and None not in runs[0]
 
 
 def test_a_lane_alone_gets_every_release_and_no_tier_starves():
-    state = _queued({fl.PRIORITIES: 400, fl.PRIORITIES + 9: 400})
+    state = _queued({PRIORITIES: 400, PRIORITIES + 9: 400})
     served = collections.Counter()
     for _ in range(400):
-        state, slot = fl.pop_lane(state, RecrawlPolicy(recrawl_share=0.0))   # no discovery URLs: recrawl anyway
-        served[slot // fl.SLOT_SPAN - fl.PRIORITIES] += 1
+        state, slot = pop_lane(state, RecrawlPolicy(recrawl_share=0.0))   # no discovery URLs: recrawl anyway
+        served[slot // SLOT_SPAN - PRIORITIES] += 1
     assert served[0] > served[9] >= 1
-    assert fl.pop_lane(fl.HostState(), RECRAWL) == (fl.HostState(), None)
+    assert pop_lane(HostState(), RECRAWL) == (HostState(), None)
 
 
 def test_recrawl_item_tiers_by_value_and_urgency_and_skips_stale_entries():
     history = UrlHistory(last_fetch_at=T0)
-    record = fl.UrlRecord(fl.UrlStatus.DONE, T0, '"e"', None, history, T0 + 1000.0, None, 0)
-    on_time = fl.recrawl_item(record, "http://h/a", 7, T0 + 1000.0, RECRAWL)
-    late = fl.recrawl_item(record, "http://h/a", 7, T0 + 4000.0, RECRAWL)
+    record = UrlRecord(UrlStatus.DONE, T0, '"e"', None, history, T0 + 1000.0, None, 0)
+    on_time = recrawl_item(record, "http://h/a", 7, T0 + 1000.0, RECRAWL)
+    late = recrawl_item(record, "http://h/a", 7, T0 + 4000.0, RECRAWL)
     assert on_time.recrawl and late.priority < on_time.priority and on_time.etag == '"e"'
-    assert fl.recrawl_item(record, "http://h/a", 7, T0 + 500.0, RECRAWL) is None       # rescheduled later
-    queued = fl.UrlRecord(fl.UrlStatus.QUEUED, T0, None, None, history, T0 + 1000.0)
-    assert fl.recrawl_item(queued, "http://h/a", 7, T0 + 2000.0, RECRAWL) is None      # already queued
-    assert fl.recrawl_item(None, "http://h/a", 7, T0, RECRAWL) is None
+    assert recrawl_item(record, "http://h/a", 7, T0 + 500.0, RECRAWL) is None       # rescheduled later
+    queued = UrlRecord(UrlStatus.QUEUED, T0, None, None, history, T0 + 1000.0)
+    assert recrawl_item(queued, "http://h/a", 7, T0 + 2000.0, RECRAWL) is None      # already queued
+    assert recrawl_item(None, "http://h/a", 7, T0, RECRAWL) is None
 
 
 def test_old_rows_still_read():
-    assert fl.UrlRecord.from_row('["done",5.0,"\\"e\\"",null]') == fl.UrlRecord(fl.UrlStatus.DONE, 5.0, '"e"', None)
-    old_item = fl.QueueItem.from_row('["http://h/a",1,0,5,0,null,null,0]')
+    assert UrlRecord.from_row('["done",5.0,"\\"e\\"",null]') == UrlRecord(UrlStatus.DONE, 5.0, '"e"', None)
+    old_item = QueueItem.from_row('["http://h/a",1,0,5,0,null,null,0]')
     assert old_item.capture is None and not old_item.recrawl
-    v2 = json.loads(fl.HostState().to_row())
+    v2 = json.loads(HostState().to_row())
     v2.update(v=2, queues=[[0, 0]] * 9 + [[3, 4]])
     for key in ("recrawl", "draws", "oldest_due", "gauge_epoch"):
         del v2[key]
-    state = fl.HostState.from_row(json.dumps(v2))
-    assert len(state.queues) == fl.LANES and state.depth(9) == 1 and state.recrawl_queued == 0
+    state = HostState.from_row(json.dumps(v2))
+    assert len(state.queues) == LANES and state.depth(9) == 1 and state.recrawl_queued == 0
     assert state.signals == HostSignals()
     with pytest.raises(ValueError, match="schema version"):
-        fl.UrlRecord.from_row('["done",5.0,null,null,9,null,null,null,0]')
+        UrlRecord.from_row('["done",5.0,null,null,9,null,null,null,0]')
 
 
 def test_url_records_and_queue_items_round_trip_with_recrawl_fields():
     history = UrlHistory(last_fetch_at=T0, etag='"e"', content_hash="sha256:1", unchanged_streak=2)
-    record = fl.UrlRecord(fl.UrlStatus.DONE, T0, '"e"', None, history, T0 + 60, fl.coerce_capture(CAPTURE), 3)
-    assert fl.UrlRecord.from_row(record.to_row()) == record
-    item = fl.QueueItem("http://h/a", 1, 2, fl.PRIORITIES + 3, 0, '"e"', None, 0, fl.coerce_capture(CAPTURE))
-    assert fl.QueueItem.from_row(item.to_row()) == item
-    assert len(json.loads(fl.UrlRecord(fl.UrlStatus.QUEUED, T0).to_row())) == 4   # unfetched: the v1 layout
+    record = UrlRecord(UrlStatus.DONE, T0, '"e"', None, history, T0 + 60, coerce_capture(CAPTURE), 3)
+    assert UrlRecord.from_row(record.to_row()) == record
+    item = QueueItem("http://h/a", 1, 2, PRIORITIES + 3, 0, '"e"', None, 0, coerce_capture(CAPTURE))
+    assert QueueItem.from_row(item.to_row()) == item
+    assert len(json.loads(UrlRecord(UrlStatus.QUEUED, T0).to_row())) == 4   # unfetched: the v1 layout
 
 
 @pytest.mark.parametrize("raw", [None, 3, "x", [], ["a", "b"], {"record_id": 1, "target_uri": "u", "date": "d"},
                                  ["", "u", "d", None], {"record_id": "r", "target_uri": "u"}])
 def test_a_malformed_capture_reads_as_none(raw):
-    assert fl.coerce_capture(raw) is None
+    assert coerce_capture(raw) is None
 
 
 def test_gauges_count_each_lane_and_the_age_of_the_oldest_due_url():
     gauges = FrontierGauges()
-    h = Harness(gauges=gauges, policy=fl.FrontierPolicy())
+    h = Harness(gauges=gauges, policy=FrontierPolicy())
     (page,) = h.first_fetch("/a", "/b", "/c")
     assert gauges.value("queue_depth_p5", h.now) == 2 and gauges.value("hosts_with_queue", h.now) == 1
     h.complete(page)
@@ -427,19 +433,19 @@ def test_a_failed_refetch_keeps_the_history_unscheduled():
     h.complete(again, http_status=404, etag=None, last_modified=None)
     record = h.record("/a")
     assert record.due is None and record.history == history and record.etag == '"v1"'
-    assert fl.capture_of(record.capture, f"http://{HOST}/a") == fl.coerce_capture(CAPTURE)
+    assert rows.capture_of(record.capture, f"http://{HOST}/a") == coerce_capture(CAPTURE)
 
 
 def test_the_recrawl_lane_does_not_fill_the_discovery_queue_cap():
-    state = _queued({fl.PRIORITIES: 3})
-    item = fl.QueueItem(f"http://{HOST}/new", 9, priority=5)
-    _, admission = fl.admit(state, item, None, None, T0, fl.FrontierPolicy(max_queue=2))
-    assert admission.verdict is fl.Verdict.ADMITTED
+    state = _queued({PRIORITIES: 3})
+    item = QueueItem(f"http://{HOST}/new", 9, priority=5)
+    _, admission = admit(state, item, None, None, T0, FrontierPolicy(max_queue=2))
+    assert admission.verdict is Verdict.ADMITTED
 
 
 def test_due_buckets_must_be_wider_than_a_millisecond_step():
     with pytest.raises(ValueError, match="due_bucket_s"):
-        fl.FrontierPolicy(due_bucket_s=0.001)
+        FrontierPolicy(due_bucket_s=0.001)
 
 
 _ACTIONS = st.lists(st.one_of(
@@ -464,20 +470,20 @@ def test_with_recrawl_on_a_url_is_in_the_frontier_at_most_once_and_never_refetch
             if request["kind"] == "robots":
                 take(h.robots(request))
                 continue
-            row = h.urls[fl.signed_fp(request["fp"])]
-            record = fl.UrlRecord.from_row(row)
+            row = h.urls[signed_fp(request["fp"])]
+            record = UrlRecord.from_row(row)
             if record.history is not None and record.history.last_fetch_at is not None and request["etag"]:
                 # a refetch: never before its schedule allowed (due, or rediscovered at/after due)
                 assert h.now >= record.history.last_fetch_at + FAST.min_interval_s - 1e-6
             pending.append(request)
 
     def check() -> None:
-        queued = [fl.QueueItem.from_row(row).fp for row in h.slots.values()]
+        queued = [QueueItem.from_row(row).fp for row in h.slots.values()]
         lease = h.state.lease
         in_frontier = queued + ([lease.item.fp] if lease is not None and lease.kind == "page" else [])
         assert len(in_frontier) == len(set(in_frontier)), "a url_fp is in the frontier at most once"
         for fp in in_frontier:
-            assert fl.UrlRecord.from_row(h.urls[fl.signed_fp(fp)]).status is fl.UrlStatus.QUEUED
+            assert UrlRecord.from_row(h.urls[signed_fp(fp)]).status is UrlStatus.QUEUED
 
     take(h.robots(robots))
     # the drawn actions, then a tail that answers and waits, so what was scheduled comes due
@@ -533,10 +539,10 @@ def test_a_sitemap_lastmod_that_lied_makes_the_next_claim_count_less():
 
 
 def test_url_records_keep_a_pending_lastmod_claim():
-    record = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, due=5.0, lastmod_claim=True)
-    assert fl.UrlRecord.from_row(record.to_row()) == record
-    both = fl.replace(record, sitemap=True)
-    assert fl.UrlRecord.from_row(both.to_row()) == both
+    record = UrlRecord(UrlStatus.DONE, 1.0, due=5.0, lastmod_claim=True)
+    assert UrlRecord.from_row(record.to_row()) == record
+    both = replace(record, sitemap=True)
+    assert UrlRecord.from_row(both.to_row()) == both
 
 
 def test_a_sitemap_listing_a_fetched_page_gives_it_the_sitemaps_priority_and_changefreq():
@@ -548,7 +554,7 @@ def test_a_sitemap_listing_a_fetched_page_gives_it_the_sitemaps_priority_and_cha
              "sitemap_priority": 1.0, "changefreq": "hourly"}
     h._apply(h.frontier.on_event(HOST, {"v": 1, "type": "discovered", "host": HOST, "urls": [entry]}, h.now))
     record = h.record("/a")
-    assert (record.sitemap_priority, record.changefreq, record.status) == (1.0, "hourly", fl.UrlStatus.DONE)
+    assert (record.sitemap_priority, record.changefreq, record.status) == (1.0, "hourly", UrlStatus.DONE)
     (again,) = h.pages(record.due - h.now + 120.0)
     h.complete(again)                                        # the refetch keeps them for the next schedule
     assert (h.record("/a").sitemap_priority, h.record("/a").changefreq) == (1.0, "hourly")
@@ -558,7 +564,7 @@ def test_a_fetched_urls_row_says_each_thing_once():
     h = Harness()
     (page,) = h.first_fetch("/a")
     h.complete(page, capture=CAPTURE, content_hash="sha256:" + "ab" * 32)
-    row = h.urls[fl.signed_fp(url_fp(f"http://{HOST}/a"))]
+    row = h.urls[signed_fp(url_fp(f"http://{HOST}/a"))]
     assert row.count('v1') == 1 and row.count("Mon, 30 Nov 2026") == 1     # the validators: in the history
     assert f"http://{HOST}/a" not in row                                    # the capture's target is the URL
     assert "sha256:" + "ab" * 8 in row and "ab" * 9 not in row             # 64 bits of the payload hash
@@ -598,8 +604,8 @@ def test_a_page_that_brings_new_urls_to_its_host_is_a_hub_and_comes_back_sooner(
 
 
 def test_hub_yield_is_kept_in_the_row_and_only_same_host_discoveries_count():
-    record = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, hub_yield=3.25)
-    assert fl.UrlRecord.from_row(record.to_row()) == record
+    record = UrlRecord(UrlStatus.DONE, 1.0, hub_yield=3.25)
+    assert UrlRecord.from_row(record.to_row()) == record
     h = Harness()
     (page,) = h.first_fetch("/a")
     h.complete(page)
@@ -619,7 +625,7 @@ def test_a_page_many_pages_link_to_comes_back_sooner_than_one_page_links_to():
     for _ in range(20):
         _links_from(obscure, "/p0", "/a")                         # one page, linking twenty times
     assert bin(obscure.record("/a").inlinks).count("1") == 1
-    assert 12 <= fl.page_value(popular.record("/a"), f"http://{HOST}/a", 1).inlinks <= 30
+    assert 12 <= page_value(popular.record("/a"), f"http://{HOST}/a", 1).inlinks <= 30
     for h in (popular, obscure):
         (again,) = h.pages(h.record("/a").due - h.now + 61.0)
         h.complete(again)
@@ -633,7 +639,7 @@ def test_an_in_link_is_written_only_when_it_flips_a_bit_of_the_sketch():
     h = Harness()
     (page,) = h.first_fetch("/a")
     h.complete(page)
-    key = fl.signed_fp(url_fp(f"http://{HOST}/a"))
+    key = signed_fp(url_fp(f"http://{HOST}/a"))
     writes: list[int] = []
     put = h.urls.put
     h.urls.put = lambda k, v: (writes.append(k), put(k, v))     # type: ignore[method-assign]
@@ -641,6 +647,6 @@ def test_an_in_link_is_written_only_when_it_flips_a_bit_of_the_sketch():
     assert writes.count(key) == 1
     _links_from(h, "/p0", "/a")                                   # the same page again: no write
     assert writes.count(key) == 1
-    record = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, hub_yield=1.0, inlinks=(1 << 32) - 1)
-    assert fl.UrlRecord.from_row(record.to_row()) == record
-    assert fl.UrlRecord.from_row(fl.replace(record, inlinks=0).to_row()).inlinks == 0
+    record = UrlRecord(UrlStatus.DONE, 1.0, hub_yield=1.0, inlinks=(1 << 32) - 1)
+    assert UrlRecord.from_row(record.to_row()) == record
+    assert UrlRecord.from_row(replace(record, inlinks=0).to_row()).inlinks == 0

@@ -9,7 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs import frontier_logic as fl
+from udfs.frontier.policy import DEFAULT_FRONTIER_POLICY
+from udfs.frontier.rows import HostState, QueueItem, Robots
+from udfs.frontier.release import lease_page, lease_robots, pin_ip
+from udfs.frontier.outcomes import learned_ip
+from udfs.frontier.preflight import on_robots
 from udfs import ip_gate as ig
 from udfs.config import load_config
 from udfs.records import SCHEMA_VERSION
@@ -72,9 +76,9 @@ def test_two_hosts_on_one_address_are_never_in_flight_together() -> None:
 
 def test_a_pinned_address_puts_two_host_names_under_one_key() -> None:
     pins = {"a.test": IP, "b.test": IP}
-    keys = {ig.gate_key(fl.pin_ip(request(h, ip=None), pins)) for h in ("a.test", "b.test:8080")}
+    keys = {ig.gate_key(pin_ip(request(h, ip=None), pins)) for h in ("a.test", "b.test:8080")}
     assert keys == {IP}
-    assert fl.pin_ip(request("c.test", ip=None), pins).get("ip") is None
+    assert pin_ip(request("c.test", ip=None), pins).get("ip") is None
 
 
 def test_unknown_addresses_degenerate_to_one_key_per_host() -> None:
@@ -187,21 +191,21 @@ def test_an_idle_key_drops_its_row_once_the_gap_has_passed() -> None:
 
 
 def test_the_frontier_learns_the_address_of_a_fetch_for_the_next_request() -> None:
-    state, req = fl.lease_robots(fl.HostState(), "a.test", 1, NOW)
+    state, req = lease_robots(HostState(), "a.test", 1, NOW)
     assert "ip" not in req
     event = {"v": SCHEMA_VERSION, "type": "robots", "host": "a.test", "lease_id": req["lease_id"],
              "fetch_status": "ok", "http_status": 404, "fetched_at": NOW, "fetch_ms": 5.0, "body_b64": "", "ip": IP}
-    state, outcome = fl.on_robots(state, event, None, NOW + 1)
+    state, outcome = on_robots(state, event, None, NOW + 1)
     assert outcome.matched and state.ip == IP
-    assert fl.HostState.from_row(state.to_row()).ip == IP
-    item = fl.QueueItem("http://a.test/", 2, 0, 0)
-    _, page, _ = fl.lease_page(state, item, None, "a.test", NOW + 2)
+    assert HostState.from_row(state.to_row()).ip == IP
+    item = QueueItem("http://a.test/", 2, 0, 0)
+    _, page, _ = lease_page(state, item, None, "a.test", NOW + 2)
     assert page is not None and page["ip"] == IP
 
 
 @pytest.mark.parametrize("bad", [None, 7, "", "not-an-ip", "x" * 500])
 def test_a_bad_address_in_an_event_keeps_the_known_one(bad: object) -> None:
-    assert fl.learned_ip(fl.HostState(ip=IP), {"ip": bad}) == IP
+    assert learned_ip(HostState(ip=IP), {"ip": bad}) == IP
 
 
 _OPS = st.lists(st.tuples(st.sampled_from(["offer", "done", "tick"]), st.integers(0, 5),
@@ -251,10 +255,10 @@ def test_a_request_is_too_late_to_start_when_its_fetch_could_outlive_its_lease(d
 
 
 def test_every_leased_request_carries_its_lease_deadline() -> None:
-    state, robots = fl.lease_robots(fl.HostState(), "a.test", 1, NOW)
-    assert robots["lease_deadline"] == pytest.approx(state.lease.deadline) == NOW + fl.DEFAULT_FRONTIER_POLICY.lease_timeout_s
-    item = fl.QueueItem("http://a.test/", 2, 0, 0)
-    state = dataclasses.replace(state, lease=None, robots=fl.Robots.ALLOW_ALL)
-    _, page, _ = fl.lease_page(state, item, None, "a.test", NOW + 2)
-    assert page is not None and page["lease_deadline"] == pytest.approx(NOW + 2 + fl.DEFAULT_FRONTIER_POLICY.lease_timeout_s)
+    state, robots = lease_robots(HostState(), "a.test", 1, NOW)
+    assert robots["lease_deadline"] == pytest.approx(state.lease.deadline) == NOW + DEFAULT_FRONTIER_POLICY.lease_timeout_s
+    item = QueueItem("http://a.test/", 2, 0, 0)
+    state = dataclasses.replace(state, lease=None, robots=Robots.ALLOW_ALL)
+    _, page, _ = lease_page(state, item, None, "a.test", NOW + 2)
+    assert page is not None and page["lease_deadline"] == pytest.approx(NOW + 2 + DEFAULT_FRONTIER_POLICY.lease_timeout_s)
     assert not ig.too_late_to_start(page, NOW + 2, total_timeout_s=10.0)

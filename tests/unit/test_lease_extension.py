@@ -16,10 +16,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from operators.warc_writer import HeldCapture, Location, WarcWriterFunction
+from operators.warc_writer import WarcWriterFunction
+from udfs.held_capture import HeldCapture
+from udfs.warc_capture import Location
 from tests.unit.test_frontier_logic import HOST as PURE_HOST, NOW, P, PrefixRules as AllowAll, completion, item
 from tests.frontier_harness import HOST, T0, Harness
-from udfs import frontier_logic as fl
+from udfs.frontier.policy import FrontierPolicy
+from udfs.frontier.rows import HostState, Robots, UrlRecord, UrlStatus, signed_fp
+from udfs.frontier.queues import pop
+from udfs.frontier.admission import admit
+from udfs.frontier.release import lease_page, timer_ms
+from udfs.frontier.outcomes import on_completion
+from udfs.frontier.expiry import Extension, extend_lease
 from udfs.lease_extension import extension_due, held_lease
 from udfs.politeness import PolitenessPolicy
 from udfs.records import TOPIC_OUTCOMES, ContractError, decode_frontier_event, encode
@@ -48,27 +56,27 @@ def leased_page(h: Harness) -> dict:
 
 
 def test_a_lease_extended_before_its_deadline_does_not_expire_and_its_late_completion_charges_nothing():
-    h = Harness(policy=fl.FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
+    h = Harness(policy=FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
     page = leased_page(h)
     issued = h.state.lease.deadline
     for _ in range(4):   # two minutes of an object-store outage, an extension every 20 s
         assert h.advance(20.0) == []
         assert h.event(extend(page)) == []
         assert h.state.lease.deadline == pytest.approx(h.now + LEASE_S)
-        assert h.timers == {fl.timer_ms(h.state.lease.deadline)}   # the host's timer moved with it
+        assert h.timers == {timer_ms(h.state.lease.deadline)}   # the host's timer moved with it
     assert h.now > issued + LEASE_S   # well past the deadline it was issued with
     assert h.counts["leases_extended"] == 4 and h.counts["leases_expired"] == 0
     assert h.advance(10.0) == []      # the capture is uploaded: its completion comes
     h.complete(page)
     assert h.counts["completions_stale"] == 0 and h.counts["requeued"] == 0
     assert h.state.lease is None and h.state.backoff_s == 0.0
-    record = fl.UrlRecord.from_row(h.urls[fl.signed_fp(page["fp"])])
-    assert record.status is fl.UrlStatus.DONE
+    record = UrlRecord.from_row(h.urls[signed_fp(page["fp"])])
+    assert record.status is UrlStatus.DONE
     (b,) = h.advance(1.0)   # the host's next page at its ordinary gap, not a backed-off one
     assert b["url"].endswith("/b") and b["attempt"] == 1
 
     # the same wait with no extension: the lease expires as a charged timeout, the completion is stale
-    h = Harness(policy=fl.FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
+    h = Harness(policy=FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
     page = leased_page(h)
     h.advance(LEASE_S + 1)
     assert h.counts["leases_expired"] == 1 and h.state.backoff_s > 0
@@ -77,7 +85,7 @@ def test_a_lease_extended_before_its_deadline_does_not_expire_and_its_late_compl
 
 
 def test_an_extension_past_the_cap_is_ignored_and_counted():
-    h = Harness(policy=fl.FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S, max_lease_extension_s=35.0),
+    h = Harness(policy=FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S, max_lease_extension_s=35.0),
                 politeness=POLITE)
     page = leased_page(h)
     issued = h.state.lease.deadline
@@ -97,13 +105,13 @@ def test_an_extension_past_the_cap_is_ignored_and_counted():
 
 def test_a_cap_of_zero_turns_extensions_off():
     state, req = _pure_leased()
-    after, extension = fl.extend_lease(state, extend(req, host=PURE_HOST), NOW + 20,
+    after, extension = extend_lease(state, extend(req, host=PURE_HOST), NOW + 20,
                                        dataclasses.replace(P, max_lease_extension_s=0.0))
-    assert extension is fl.Extension.CAPPED and after is state
+    assert extension is Extension.CAPPED and after is state
 
 
 def test_a_stale_extension_is_ignored_and_counted():
-    h = Harness(policy=fl.FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
+    h = Harness(policy=FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
     page = leased_page(h)
     deadline = h.state.lease.deadline
     h.advance(5.0)
@@ -117,7 +125,7 @@ def test_a_stale_extension_is_ignored_and_counted():
 
 
 def test_an_expired_lease_is_not_brought_back_by_a_late_extension():
-    h = Harness(policy=fl.FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
+    h = Harness(policy=FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
     page = leased_page(h)
     h.advance(LEASE_S + 0.5)
     assert h.counts["leases_expired"] == 1
@@ -126,7 +134,7 @@ def test_an_expired_lease_is_not_brought_back_by_a_late_extension():
 
 
 def test_a_robots_lease_is_never_extended():
-    h = Harness(policy=fl.FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
+    h = Harness(policy=FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
     (robots,) = h.discover("/a")
     deadline = h.state.lease.deadline
     h.event(extend(robots))
@@ -138,7 +146,7 @@ def test_a_robots_lease_is_never_extended():
     {"fp": -1}, {"fp": 1 << 64}, {"fp": 1.5},
 ])
 def test_a_malformed_extension_is_counted_malformed_and_changes_nothing(change):
-    h = Harness(policy=fl.FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
+    h = Harness(policy=FrontierPolicy(max_queue=8, lease_timeout_s=LEASE_S), politeness=POLITE)
     page = leased_page(h)
     deadline = h.state.lease.deadline
     h.advance(20.0)
@@ -157,26 +165,26 @@ def test_a_well_formed_extension_decodes():
     assert event["type"] == "lease_extend"
 
 
-def _pure_leased() -> tuple[fl.HostState, dict]:
+def _pure_leased() -> tuple[HostState, dict]:
     it = item("/a")
-    state, adm = fl.admit(dataclasses.replace(fl.HostState(), robots=fl.Robots.PARSED, robots_expires_at=NOW + 3600),
+    state, adm = admit(dataclasses.replace(HostState(), robots=Robots.PARSED, robots_expires_at=NOW + 3600),
                           it, None, None, NOW)
-    state, _ = fl.pop(state)
-    state, req, _ = fl.lease_page(state, it, AllowAll(), PURE_HOST, NOW, P, "0000000a-")
+    state, _ = pop(state)
+    state, req, _ = lease_page(state, it, AllowAll(), PURE_HOST, NOW, P, "0000000a-")
     return state, req
 
 
 def test_an_extended_lease_keeps_its_issued_deadline_in_its_row_and_reads_rows_without_one():
     state, req = _pure_leased()
-    after, extension = fl.extend_lease(state, extend(req, host=PURE_HOST), NOW + 50, P)
-    assert extension is fl.Extension.EXTENDED
-    restored = fl.HostState.from_row(after.to_row())
+    after, extension = extend_lease(state, extend(req, host=PURE_HOST), NOW + 50, P)
+    assert extension is Extension.EXTENDED
+    restored = HostState.from_row(after.to_row())
     assert restored.lease == after.lease and restored.lease.issued_deadline == NOW + P.lease_timeout_s
     assert restored.lease.deadline == NOW + 50 + P.lease_timeout_s
-    assert fl.HostState.from_row(state.to_row()).lease.extended_from == 0.0   # the row of a lease never extended
+    assert HostState.from_row(state.to_row()).lease.extended_from == 0.0   # the row of a lease never extended
     # its completion ends it as any other, whatever it waited
-    _, outcome = fl.on_completion(restored, completion(req), NOW + 100)
-    assert outcome.matched and outcome.record.status is fl.UrlStatus.DONE
+    _, outcome = on_completion(restored, completion(req), NOW + 100)
+    assert outcome.matched and outcome.record.status is UrlStatus.DONE
 
 
 def test_an_extended_lease_stays_counted_against_the_release_bound():
@@ -404,4 +412,4 @@ def test_the_configuration_keeps_extensions_within_the_frontiers_lease():
     with pytest.raises(ConfigError, match="lease_extend_every_s"):
         load_config("", ["warc.lease_extend_every_s=31"])
     with pytest.raises(ValueError, match="max_lease_extension_s"):
-        fl.FrontierPolicy(max_lease_extension_s=-1.0)
+        FrontierPolicy(max_lease_extension_s=-1.0)

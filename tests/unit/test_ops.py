@@ -63,7 +63,7 @@ def test_a_job_without_readable_arguments_is_refused(config, message):
 def test_the_key_is_the_one_the_job_writes():
     from jobs import crawl
 
-    assert crawl.JOB_ARGS_KEY == JOB_ARGS_KEY
+    assert crawl.JOB_ARGS_KEY is JOB_ARGS_KEY   # one definition, udfs/jobconfig.py
 
 
 def test_overrides_come_last_so_they_win():

@@ -13,7 +13,8 @@ import pytest
 
 from operators.dedup import owner_capture, probe_of
 from udfs.page_facts import pack_payload, parse_result, payload_digest, payload_length
-from operators.warc_writer import bundle_records, completion_event
+from udfs.page_events import completion_event
+from udfs.warc_capture import bundle_records
 from udfs.dedup import DedupPolicy, RevisitOf, unique_verdict
 from udfs.urls import url_fp
 from udfs.warc import PackedBlock, WarcBuilder, WarcPolicy, digest

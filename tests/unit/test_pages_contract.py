@@ -10,7 +10,8 @@ import jsonschema
 import pytest
 
 from udfs.page_facts import parse_result
-from operators.warc_writer import Location, parsed_page
+from udfs.page_events import parsed_page
+from udfs.warc_capture import Location
 from tests.paths import ROOT, WEBDATA
 from udfs.fetch_status import fetch_result
 from udfs.records import SCHEMA_VERSION, FetchRequest, FetchStatus, encode

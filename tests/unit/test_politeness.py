@@ -161,13 +161,16 @@ def test_retry_after_is_waited_in_full_from_the_answer_and_no_longer(retry_after
 
 
 def _tdmrep_lease(now: float):
-    from udfs import frontier_logic as fl
-    item = fl.QueueItem("http://h.test/a", 1)
-    state, _ = fl.admit(fl.HostState(), item, None, None, now)
-    state, robots = fl.lease_robots(state, "h.test", 1, now)
-    state, _ = fl.on_robots(state, {"lease_id": robots["lease_id"], "fetch_status": "ok", "http_status": 404,
+    from udfs.frontier.rows import HostState, QueueItem
+    from udfs.frontier.admission import admit
+    from udfs.frontier.release import lease_robots, lease_tdmrep
+    from udfs.frontier.preflight import on_robots
+    item = QueueItem("http://h.test/a", 1)
+    state, _ = admit(HostState(), item, None, None, now)
+    state, robots = lease_robots(state, "h.test", 1, now)
+    state, _ = on_robots(state, {"lease_id": robots["lease_id"], "fetch_status": "ok", "http_status": 404,
                                     "body_b64": ""}, None, now)
-    state, request = fl.lease_tdmrep(state, "h.test", 2, None, now + 1.0)
+    state, request = lease_tdmrep(state, "h.test", 2, None, now + 1.0)
     return state, request
 
 
@@ -175,21 +178,26 @@ def _tdmrep_lease(now: float):
 def test_a_429_with_retry_after_paces_its_host_from_the_answer(kind):
     """The issue's case: 429 with `Retry-After: 6` on tdmrep.json, the outcome read 0.83 s after the
     answer; the host's next request may go 6 s after the answer, not 5.83 (the backoff) nor 6.83."""
-    from udfs import frontier_logic as fl
+    from udfs.frontier.rows import HostState, QueueItem, Robots
+    from udfs.frontier.queues import pop
+    from udfs.frontier.admission import admit
+    from udfs.frontier.release import lease_page
+    from udfs.frontier.outcomes import on_completion
+    from udfs.frontier.preflight import on_tdmrep
     answered = 1000.0
     if kind == "tdmrep":
         state, request = _tdmrep_lease(answered - 5.0)
         event = {"lease_id": request["lease_id"], "fetch_status": "ok", "http_status": 429, "retry_after": 6.0,
                  "fetched_at": answered, "fetch_ms": 3.0, "body_b64": ""}
-        state, outcome = fl.on_tdmrep(state, event, answered + 0.83)
+        state, outcome = on_tdmrep(state, event, answered + 0.83)
     else:
-        item = fl.QueueItem("http://h.test/a", 1)
-        state, _ = fl.admit(fl.HostState(robots=fl.Robots.ALLOW_ALL, robots_expires_at=answered + 1e6), item,
+        item = QueueItem("http://h.test/a", 1)
+        state, _ = admit(HostState(robots=Robots.ALLOW_ALL, robots_expires_at=answered + 1e6), item,
                             None, None, answered - 5.0)
-        state, _ = fl.pop(state)
-        state, request, _ = fl.lease_page(state, item, None, "h.test", answered - 1.0)
+        state, _ = pop(state)
+        state, request, _ = lease_page(state, item, None, "h.test", answered - 1.0)
         event = {"lease_id": request["lease_id"], "fp": 1, "fetch_status": "ok", "http_status": 429,
                  "retry_after": 6.0, "done_at": answered, "fetch_ms": 3.0}
-        state, outcome = fl.on_completion(state, event, answered + 0.83)
+        state, outcome = on_completion(state, event, answered + 0.83)
     assert outcome.matched
     assert state.next_allowed_at == pytest.approx(answered + 6.0)

@@ -11,7 +11,7 @@ import pytest
 
 from operators.frontier import METRICS, HostFrontier
 from tests.frontier_harness import T0, PrefixRules
-from udfs import frontier_logic as fl
+from udfs.frontier.policy import FrontierPolicy
 from udfs.politeness import PolitenessPolicy
 from udfs.release_budget import BRAKE_HOLD_S, GRACE_S, HORIZON_TARGETS, MAX_LAG_S, RATE_WINDOW_S, ReleaseBudget
 from udfs.records import b64
@@ -126,20 +126,20 @@ def test_a_host_braked_looks_again_once_the_reading_has_lapsed_not_at_pacer_slot
 
 
 def test_the_lag_limit_is_an_hour_by_default_zero_for_none_and_never_below_a_minute():
-    assert fl.FrontierPolicy().max_discovery_lag_s == 3_600.0
-    assert fl.FrontierPolicy(max_discovery_lag_s=0).max_discovery_lag_s == 0
+    assert FrontierPolicy().max_discovery_lag_s == 3_600.0
+    assert FrontierPolicy(max_discovery_lag_s=0).max_discovery_lag_s == 0
     for bad in (30.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="max_discovery_lag_s must be 0 .no brake. or a finite number"):
-            fl.FrontierPolicy(max_discovery_lag_s=bad)
+            FrontierPolicy(max_discovery_lag_s=bad)
 
 
 def test_the_policy_uses_at_most_a_third_of_the_lease_and_zero_turns_it_off():
-    assert fl.FrontierPolicy().lease_budget_s == 8.0
-    assert fl.FrontierPolicy(lease_timeout_s=15).lease_budget_s == 5.0
-    assert fl.FrontierPolicy(release_target_s=30).lease_budget_s == 20.0
-    assert fl.FrontierPolicy(release_target_s=0).lease_budget_s == 0.0
+    assert FrontierPolicy().lease_budget_s == 8.0
+    assert FrontierPolicy(lease_timeout_s=15).lease_budget_s == 5.0
+    assert FrontierPolicy(release_target_s=30).lease_budget_s == 20.0
+    assert FrontierPolicy(release_target_s=0).lease_budget_s == 0.0
     with pytest.raises(ValueError, match="max_leases_out"):
-        fl.FrontierPolicy(min_leases_out=10, max_leases_out=5)
+        FrontierPolicy(min_leases_out=10, max_leases_out=5)
 
 
 # --- many hosts, one subtask --------------------------------------------------------------------
@@ -193,7 +193,7 @@ class Subtask:
         self.counts: collections.Counter[str] = collections.Counter()
         self.frontier = HostFrontier(self.keyed.value("host"), self.keyed.value("robots"), self.keyed.map(),
                                      self.keyed.map(), self._count, PrefixRules,
-                                     fl.FrontierPolicy(lease_timeout_s=60),
+                                     FrontierPolicy(lease_timeout_s=60),
                                      PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.1), budget=budget)
         self.hosts = [f"h{n}.example" for n in range(hosts)]
         self.timers: list[tuple[int, str]] = []

@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from udfs.page_facts import parse_result
-from operators.warc_writer import discovered_batches
-from udfs import frontier_logic as fl
+from udfs.page_events import discovered_batches
+from udfs.frontier.rows import HostState, QueueItem, Robots
+from udfs.frontier.queues import pop
+from udfs.frontier.admission import Verdict, admit, coerce_entry
+from udfs.frontier.release import lease_page
 from udfs.links import extract
 from udfs.robots import parse_robots
 from udfs.urls import UrlPolicy, normalize_url, url_fp, written_order
@@ -66,7 +69,7 @@ def _entry(url: str, written: object = None) -> dict:
 
 def test_a_written_form_on_another_host_or_of_another_type_reads_as_absent():
     url = f"http://{HOST}/p?sid=1&sort=asc"
-    take = lambda written: fl.coerce_entry(_entry(url, written), HOST, lambda u: HOST).written  # noqa: E731
+    take = lambda written: coerce_entry(_entry(url, written), HOST, lambda u: HOST).written  # noqa: E731
     assert take(f"http://{HOST}/p?sort=asc&sid=1") == f"http://{HOST}/p?sort=asc&sid=1"
     assert take("http://other.example/p?sort=asc&sid=1") is None
     assert take(f"http://{HOST}.evil/p?sort=asc&sid=1") is None
@@ -75,32 +78,32 @@ def test_a_written_form_on_another_host_or_of_another_type_reads_as_absent():
 
 
 def test_the_queue_row_keeps_the_written_form_and_reads_older_rows():
-    item = fl.QueueItem(f"http://{HOST}/p?sid=1&sort=asc", 7, 1, 5, written=f"http://{HOST}/p?sort=asc&sid=1")
-    assert fl.QueueItem.from_row(item.to_row()) == item
+    item = QueueItem(f"http://{HOST}/p?sid=1&sort=asc", 7, 1, 5, written=f"http://{HOST}/p?sort=asc&sid=1")
+    assert QueueItem.from_row(item.to_row()) == item
     plain = dataclasses.replace(item, written=None)
-    assert fl.QueueItem.from_row(plain.to_row()) == plain
+    assert QueueItem.from_row(plain.to_row()) == plain
     assert len(plain.to_row()) < len(item.to_row())
 
 
-def _known() -> fl.HostState:
-    return dataclasses.replace(fl.HostState(), robots=fl.Robots.PARSED, robots_expires_at=NOW + 3600)
+def _known() -> HostState:
+    return dataclasses.replace(HostState(), robots=Robots.PARSED, robots_expires_at=NOW + 3600)
 
 
 def test_admission_drops_a_link_its_page_wrote_in_a_disallowed_order():
-    reordered = fl.coerce_entry(_entry(f"http://{HOST}/p?sid=1&sort=asc", f"http://{HOST}/p?sort=asc&sid=1"),
+    reordered = coerce_entry(_entry(f"http://{HOST}/p?sid=1&sort=asc", f"http://{HOST}/p?sort=asc&sid=1"),
                                 HOST, lambda u: HOST)
-    _, admission = fl.admit(_known(), reordered, None, RULES, NOW)
-    assert admission.verdict is fl.Verdict.ROBOTS_DISALLOWED
-    written_allowed = fl.coerce_entry(_entry(f"http://{HOST}/p?sid=1&sort=asc"), HOST, lambda u: HOST)
-    _, admission = fl.admit(_known(), written_allowed, None, RULES, NOW)
-    assert admission.verdict is fl.Verdict.ADMITTED   # the page wrote sid first: the rule does not match
+    _, admission = admit(_known(), reordered, None, RULES, NOW)
+    assert admission.verdict is Verdict.ROBOTS_DISALLOWED
+    written_allowed = coerce_entry(_entry(f"http://{HOST}/p?sid=1&sort=asc"), HOST, lambda u: HOST)
+    _, admission = admit(_known(), written_allowed, None, RULES, NOW)
+    assert admission.verdict is Verdict.ADMITTED   # the page wrote sid first: the rule does not match
 
 
 def test_release_checks_the_written_form_of_a_url_queued_before_robots_txt_was_known():
-    item = fl.QueueItem(f"http://{HOST}/p?sid=1&sort=asc", 7, 1, 5, written=f"http://{HOST}/p?sort=asc&sid=1")
-    state, admission = fl.admit(fl.HostState(), item, None, None, NOW)   # robots.txt unknown: admitted
-    assert admission.verdict is fl.Verdict.ADMITTED
-    state = dataclasses.replace(state, robots=fl.Robots.PARSED, robots_expires_at=NOW + 3600)
-    state, _ = fl.pop(state)
-    _, request, verdict = fl.lease_page(state, item, RULES, HOST, NOW)
-    assert (request, verdict) == (None, fl.Verdict.ROBOTS_DISALLOWED)
+    item = QueueItem(f"http://{HOST}/p?sid=1&sort=asc", 7, 1, 5, written=f"http://{HOST}/p?sort=asc&sid=1")
+    state, admission = admit(HostState(), item, None, None, NOW)   # robots.txt unknown: admitted
+    assert admission.verdict is Verdict.ADMITTED
+    state = dataclasses.replace(state, robots=Robots.PARSED, robots_expires_at=NOW + 3600)
+    state, _ = pop(state)
+    _, request, verdict = lease_page(state, item, RULES, HOST, NOW)
+    assert (request, verdict) == (None, Verdict.ROBOTS_DISALLOWED)

@@ -11,13 +11,21 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from udfs.page_facts import parse_result
-from operators.warc_writer import MAX_URLS_PER_BATCH, capture_records, discovered_batches, parsed_page
+from udfs.page_events import MAX_URLS_PER_BATCH, discovered_batches, parsed_page
+from udfs.warc_capture import capture_records
 from tests.unit.test_frontier_budgets import POLITENESS
 from tests.frontier_harness import HOST, Harness
-from udfs import frontier_logic as fl
+from udfs.recrawl import RecrawlPolicy, UrlHistory
+from udfs.frontier.rows import HostState, QueueItem, UrlRecord, UrlStatus, replace, signed_fp
+from udfs.frontier.pages import page_value
+from udfs.frontier.sitemaps import robots_sitemaps, sitemap_hints
+from udfs.frontier.host_budget import host_importance
+from udfs.frontier.queues import recrawl_item
+from udfs.frontier.admission import Verdict, coerce_entry, is_host_key
+from udfs.frontier.outcomes import recrawl_record
 from udfs.records import PRIORITY_SITEMAP
 from udfs.sitemaps import SitemapPolicy, followable, parse_sitemap
-from udfs.urls import url_fp
+from udfs.urls import host_key, url_fp
 from udfs.warc import WarcBuilder
 
 SITE = "http://shop.example.com"
@@ -105,7 +113,7 @@ def test_a_big_sitemap_goes_out_in_batches_under_the_message_limit():
 def test_robots_sitemaps_go_to_the_hosts_that_serve_them_up_to_the_limit():
     listed = [f"http://{HOST}/sitemap.xml", f"http://{HOST}/sitemap.xml", "http://cdn.example.net/sitemap.xml",
               "nonsense", f"http://{HOST}/news.xml", f"http://{HOST}/more.xml"]
-    by_host, skipped = fl.robots_sitemaps(HOST, listed, 2, limit=3)
+    by_host, skipped = robots_sitemaps(HOST, listed, 2, limit=3)
     assert {host: [(e["url"], e["depth"], e["priority"], e["source"], e["sitemap"]) for e in entries]
             for host, entries in by_host.items()} == {
         HOST: [(f"http://{HOST}/sitemap.xml", 2, PRIORITY_SITEMAP, "sitemap", True),
@@ -115,12 +123,12 @@ def test_robots_sitemaps_go_to_the_hosts_that_serve_them_up_to_the_limit():
 
 
 def test_queue_items_and_url_records_keep_the_sitemap_flag():
-    item = fl.QueueItem(f"http://{HOST}/sitemap.xml", 7, sitemap=True)
-    assert fl.QueueItem.from_row(item.to_row()) == item
-    assert not fl.QueueItem.from_row(fl.QueueItem("http://a/", 1).to_row()).sitemap
-    record = fl.UrlRecord(fl.UrlStatus.QUEUED, 1.0, sitemap=True)
-    assert fl.UrlRecord.from_row(record.to_row()) == record
-    assert fl.UrlRecord.from_row(fl.UrlRecord(fl.UrlStatus.QUEUED, 1.0).to_row()).sitemap is False
+    item = QueueItem(f"http://{HOST}/sitemap.xml", 7, sitemap=True)
+    assert QueueItem.from_row(item.to_row()) == item
+    assert not QueueItem.from_row(QueueItem("http://a/", 1).to_row()).sitemap
+    record = UrlRecord(UrlStatus.QUEUED, 1.0, sitemap=True)
+    assert UrlRecord.from_row(record.to_row()) == record
+    assert UrlRecord.from_row(UrlRecord(UrlStatus.QUEUED, 1.0).to_row()).sitemap is False
 
 
 def test_the_frontier_leases_the_sitemaps_robots_txt_lists_before_the_pages():
@@ -152,22 +160,22 @@ def test_a_frontier_without_the_sitemap_policy_does_not_follow_them():
 @pytest.mark.parametrize("lists", [False, True])
 def test_a_host_that_lists_a_sitemap_matters_more(lists):
     from udfs.budgets import BudgetPolicy
-    state = fl.HostState(lists_sitemap=lists)
-    assert fl.host_importance(state, BudgetPolicy()) == pytest.approx(2 ** 0.5 if lists else 1.0)
-    assert fl.HostState.from_row(state.to_row()) == state
+    state = HostState(lists_sitemap=lists)
+    assert host_importance(state, BudgetPolicy()) == pytest.approx(2 ** 0.5 if lists else 1.0)
+    assert HostState.from_row(state.to_row()) == state
 
 
 def test_sitemap_hints_are_kept_in_the_url_record_and_set_the_page_value():
-    assert fl.sitemap_hints({"sitemap_priority": 3, "changefreq": "Hourly"}) == (1.0, "hourly")
-    assert fl.sitemap_hints({"sitemap_priority": "high", "changefreq": 5}) == (None, None)
-    record = fl.UrlRecord(fl.UrlStatus.QUEUED, 1.0, sitemap_priority=0.8, changefreq="daily")
-    assert fl.UrlRecord.from_row(record.to_row()) == record
-    assert fl.UrlRecord.from_row(fl.UrlRecord(fl.UrlStatus.QUEUED, 1.0).to_row()).changefreq is None
-    value = fl.page_value(record, f"{SITE}/a.html", 2)
+    assert sitemap_hints({"sitemap_priority": 3, "changefreq": "Hourly"}) == (1.0, "hourly")
+    assert sitemap_hints({"sitemap_priority": "high", "changefreq": 5}) == (None, None)
+    record = UrlRecord(UrlStatus.QUEUED, 1.0, sitemap_priority=0.8, changefreq="daily")
+    assert UrlRecord.from_row(record.to_row()) == record
+    assert UrlRecord.from_row(UrlRecord(UrlStatus.QUEUED, 1.0).to_row()).changefreq is None
+    value = page_value(record, f"{SITE}/a.html", 2)
     assert (value.depth, value.sitemap_priority, value.changefreq, value.page_kind) == (2, 0.8, "daily", None)
-    assert fl.page_value(None, f"{SITE}/", 0).page_kind == "home"
-    assert fl.page_value(None, "http://shop.example.com:8080/", 0).page_kind == "home"
-    assert fl.page_value(None, f"{SITE}/a/", 0).page_kind is None
+    assert page_value(None, f"{SITE}/", 0).page_kind == "home"
+    assert page_value(None, "http://shop.example.com:8080/", 0).page_kind == "home"
+    assert page_value(None, f"{SITE}/a/", 0).page_kind is None
 
 
 def test_a_sitemap_listing_keeps_its_hints_on_a_new_url():
@@ -176,7 +184,7 @@ def test_a_sitemap_listing_keeps_its_hints_on_a_new_url():
     h.event({"v": 1, "type": "discovered", "host": HOST, "urls": [
         {"url": url, "fp": url_fp(url), "depth": 1, "priority": 5, "source": "sitemap", "sitemap_priority": 0.7,
          "changefreq": "weekly"}]})
-    record = fl.UrlRecord.from_row(h.urls[fl.signed_fp(url_fp(url))])
+    record = UrlRecord.from_row(h.urls[signed_fp(url_fp(url))])
     assert (record.sitemap_priority, record.changefreq) == (0.7, "weekly")
 
 
@@ -241,46 +249,46 @@ def test_the_writer_carries_the_submitting_host_to_an_index_s_sitemaps_and_a_red
 
 
 def test_robots_sitemaps_name_the_listing_host_only_on_other_hosts_sitemaps():
-    by_host, _ = fl.robots_sitemaps(HOST, [f"http://{HOST}/sitemap.xml", "http://cdn.example.net/shop.xml"], 0, 8)
+    by_host, _ = robots_sitemaps(HOST, [f"http://{HOST}/sitemap.xml", "http://cdn.example.net/shop.xml"], 0, 8)
     assert "sitemap_for" not in by_host[HOST][0]
     assert by_host["cdn.example.net"][0]["sitemap_for"] == HOST
 
 
 def test_queue_rows_keep_the_submitting_host_and_old_rows_still_read():
-    item = fl.QueueItem("http://cdn.example.net/shop.xml", 7, 2, 1, sitemap=True, sitemap_for=HOST)
+    item = QueueItem("http://cdn.example.net/shop.xml", 7, 2, 1, sitemap=True, sitemap_for=HOST)
     row = item.to_row()
     assert json.loads(row)[11] == HOST   # the sitemap field holds the host instead of 1
-    assert fl.QueueItem.from_row(row) == item
+    assert QueueItem.from_row(row) == item
     old = '[2,"http://cdn.example.net/shop.xml",7,2,1,0,null,null,0,null,null,1]'   # a sitemap before 1816
-    assert fl.QueueItem.from_row(old) == fl.replace(item, sitemap_for=None)
-    assert fl.QueueItem.from_row('[2,"http://a/",1,0,5,0,null,null,0]') == fl.QueueItem("http://a/", 1)
+    assert QueueItem.from_row(old) == replace(item, sitemap_for=None)
+    assert QueueItem.from_row('[2,"http://a/",1,0,5,0,null,null,0]') == QueueItem("http://a/", 1)
     for junk in ("0", "true", "2", "{}"):   # a field no release wrote reads as no sitemap
-        assert not fl.QueueItem.from_row(f'[2,"http://a/",1,0,5,0,null,null,0,null,null,{junk}]').sitemap
+        assert not QueueItem.from_row(f'[2,"http://a/",1,0,5,0,null,null,0,null,null,{junk}]').sitemap
     # without the sitemap flag the submitter is not written
-    assert len(json.loads(fl.QueueItem("http://a/", 1, sitemap_for=HOST).to_row())) == 9
+    assert len(json.loads(QueueItem("http://a/", 1, sitemap_for=HOST).to_row())) == 9
 
 
 def test_url_records_keep_the_submitting_host_and_old_rows_still_read():
-    record = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, due=9.0, sitemap=True, sitemap_for=HOST)
+    record = UrlRecord(UrlStatus.DONE, 1.0, due=9.0, sitemap=True, sitemap_for=HOST)
     assert json.loads(record.to_row())[9] == HOST
-    assert fl.UrlRecord.from_row(record.to_row()) == record
-    old = fl.UrlRecord(fl.UrlStatus.DONE, 1.0, due=9.0, sitemap=True, hub_yield=0.5)
-    assert json.loads(old.to_row())[9] == 1 and fl.UrlRecord.from_row(old.to_row()) == old
-    assert fl.UrlRecord.from_row('["done",1.0,null,null,2,null,9.0,null,0,1]').sitemap_for is None
+    assert UrlRecord.from_row(record.to_row()) == record
+    old = UrlRecord(UrlStatus.DONE, 1.0, due=9.0, sitemap=True, hub_yield=0.5)
+    assert json.loads(old.to_row())[9] == 1 and UrlRecord.from_row(old.to_row()) == old
+    assert UrlRecord.from_row('["done",1.0,null,null,2,null,9.0,null,0,1]').sitemap_for is None
     # a recrawl of the sitemap is leased for the same host
-    item = fl.recrawl_item(fl.replace(record, history=fl.UrlHistory(last_fetch_at=0.5)),
-                           "http://cdn.example.net/shop.xml", 7, 10.0, fl.RecrawlPolicy())
+    item = recrawl_item(replace(record, history=UrlHistory(last_fetch_at=0.5)),
+                           "http://cdn.example.net/shop.xml", 7, 10.0, RecrawlPolicy())
     assert item is not None and (item.sitemap, item.sitemap_for) == (True, HOST)
 
 
 def test_a_recrawled_sitemap_keeps_its_submitting_host():
-    item = fl.QueueItem("http://cdn.example.net/shop.xml", 7, sitemap=True)
-    previous = fl.UrlRecord(fl.UrlStatus.QUEUED, 1.0, sitemap=True, sitemap_for=HOST)
+    item = QueueItem("http://cdn.example.net/shop.xml", 7, sitemap=True)
+    previous = UrlRecord(UrlStatus.QUEUED, 1.0, sitemap=True, sitemap_for=HOST)
     event = {"http_status": 200, "content_hash": "sha256:00", "simhash": None}
-    _, record, _ = fl.recrawl_record(fl.HostState(), previous, item, event, 5.0, fl.RecrawlPolicy())
+    _, record, _ = recrawl_record(HostState(), previous, item, event, 5.0, RecrawlPolicy())
     assert (record.sitemap, record.sitemap_for) == (True, HOST)
-    _, record, _ = fl.recrawl_record(fl.HostState(), None, fl.replace(item, sitemap_for="b.example"), event, 5.0,
-                                     fl.RecrawlPolicy())
+    _, record, _ = recrawl_record(HostState(), None, replace(item, sitemap_for="b.example"), event, 5.0,
+                                     RecrawlPolicy())
     assert record.sitemap_for == "b.example"
 
 
@@ -288,15 +296,15 @@ def test_a_recrawled_sitemap_keeps_its_submitting_host():
                                          "x" * 400, ["shop.example"]])
 def test_an_entry_whose_submitting_host_is_not_a_host_key_is_malformed(sitemap_for):
     raw = {"url": "http://cdn.example.net/shop.xml", "fp": 7, "sitemap": True, "sitemap_for": sitemap_for}
-    assert fl.coerce_entry(raw, "cdn.example.net", fl.host_key) is fl.Verdict.MALFORMED
+    assert coerce_entry(raw, "cdn.example.net", host_key) is Verdict.MALFORMED
 
 
 def test_a_submitting_host_means_something_only_on_another_hosts_sitemap():
     raw = {"url": "http://cdn.example.net/shop.xml", "fp": 7, "sitemap": True, "sitemap_for": "shop.example:8080"}
-    assert fl.coerce_entry(raw, "cdn.example.net", fl.host_key).sitemap_for == "shop.example:8080"
-    assert fl.coerce_entry(raw | {"sitemap": None}, "cdn.example.net", fl.host_key).sitemap_for is None
-    assert fl.coerce_entry(raw | {"sitemap_for": "cdn.example.net"}, "cdn.example.net", fl.host_key).sitemap_for is None
-    assert fl.is_host_key("[::1]:8080") and fl.is_host_key("xn--bcher-kva.example") and fl.is_host_key("a.test:80")
+    assert coerce_entry(raw, "cdn.example.net", host_key).sitemap_for == "shop.example:8080"
+    assert coerce_entry(raw | {"sitemap": None}, "cdn.example.net", host_key).sitemap_for is None
+    assert coerce_entry(raw | {"sitemap_for": "cdn.example.net"}, "cdn.example.net", host_key).sitemap_for is None
+    assert is_host_key("[::1]:8080") and is_host_key("xn--bcher-kva.example") and is_host_key("a.test:80")
 
 
 def _sitemap_event(sitemap_for: str | None = "other.example") -> dict:
@@ -315,19 +323,19 @@ def test_the_frontier_leases_a_cross_submitted_sitemap_for_its_submitting_host()
     (lease,) = h.advance(1.0)
     assert (lease["url"], lease["sitemap"], lease["sitemap_for"]) == (f"http://{HOST}/sitemaps/other.xml", True,
                                                                       "other.example")
-    assert fl.UrlRecord.from_row(h.urls[fl.signed_fp(lease["fp"])]).sitemap_for == "other.example"
+    assert UrlRecord.from_row(h.urls[signed_fp(lease["fp"])]).sitemap_for == "other.example"
 
 
 def test_a_known_sitemap_learns_its_submitting_host_when_another_robots_txt_lists_it():
     h = Harness(politeness=POLITENESS, sitemaps=SitemapPolicy())
     (robots,) = h.event(_sitemap_event(None))   # first queued without a submitter (an index named it)
-    key = fl.signed_fp(url_fp(f"http://{HOST}/sitemaps/other.xml"))
-    assert fl.UrlRecord.from_row(h.urls[key]).sitemap_for is None
+    key = signed_fp(url_fp(f"http://{HOST}/sitemaps/other.xml"))
+    assert UrlRecord.from_row(h.urls[key]).sitemap_for is None
     h.event(_sitemap_event())
     assert h.counts["dropped_seen"] == 1
-    assert fl.UrlRecord.from_row(h.urls[key]).sitemap_for == "other.example"
+    assert UrlRecord.from_row(h.urls[key]).sitemap_for == "other.example"
     h.event(_sitemap_event("third.example"))   # one submitting host per sitemap: the first stays
-    assert fl.UrlRecord.from_row(h.urls[key]).sitemap_for == "other.example"
+    assert UrlRecord.from_row(h.urls[key]).sitemap_for == "other.example"
     bad = _sitemap_event("Not A Host")
     h.event(bad)
     assert h.counts["dropped_malformed"] == 1

@@ -9,10 +9,16 @@ import pytest
 
 from operators.parse import is_probe, probe_event, robots_event
 from udfs.page_facts import parse_result
-from operators.warc_writer import completion_event, discovered_batches, parsed_page
+from udfs.page_events import completion_event, discovered_batches, parsed_page
 from synthweb.render import small_page
 from tests.frontier_harness import HOST, T0, Harness, Value
-from udfs import frontier_logic as fl
+from udfs.frontier.rows import HostState, PRIORITIES, QueueItem, STATE_VERSION, UrlRecord, UrlStatus, replace, signed_fp
+from udfs.frontier.queues import pop, recrawl_item
+from udfs.frontier.admission import admit
+from udfs.frontier.release import Plan, Step, lease_page, lease_probe, lease_robots, plan
+from udfs.frontier.outcomes import on_completion
+from udfs.frontier.preflight import on_probe, on_robots
+from udfs.frontier.expiry import expire_lease
 from udfs.optout import OptOutPolicy
 from udfs.politeness import PolitenessPolicy
 from udfs.records import ContractError, b64, decode_frontier_event
@@ -27,19 +33,19 @@ HTML = [("Content-Type", "text/html; charset=utf-8")]
 ROBOTS_FILE = b"User-agent: *\nDisallow: /private/\n"
 
 
-def _queued(now: float = T0) -> fl.HostState:
-    item = fl.QueueItem(f"http://{HOST}/a", url_fp(f"http://{HOST}/a"))
-    state, _ = fl.admit(fl.HostState(), item, None, None, now)
+def _queued(now: float = T0) -> HostState:
+    item = QueueItem(f"http://{HOST}/a", url_fp(f"http://{HOST}/a"))
+    state, _ = admit(HostState(), item, None, None, now)
     return state
 
 
-def _robots_known(body: bytes | None = None) -> fl.HostState:
+def _robots_known(body: bytes | None = None) -> HostState:
     """A host with one URL queued whose robots.txt answered (404, or 200 with `body`), the gap after it passed."""
-    state, robots = fl.lease_robots(_queued(), HOST, 1, T0)
+    state, robots = lease_robots(_queued(), HOST, 1, T0)
     status = 404 if body is None else 200
     event = {"lease_id": robots["lease_id"], "fetch_status": "ok", "http_status": status,
              "body_b64": b64(body or b"")}
-    state, outcome = fl.on_robots(state, event, parse_robots(body) if body else None, T0, politeness=POLITENESS)
+    state, outcome = on_robots(state, event, parse_robots(body) if body else None, T0, politeness=POLITENESS)
     assert outcome.robots_ok
     return state
 
@@ -51,12 +57,12 @@ def _probe_event(request: dict, http_status: int | None = 200, simhash: int | No
             "title": title, "retry_after": None}
 
 
-def _probed(http_status: int | None = 200, **event) -> tuple[fl.HostState, dict]:
+def _probed(http_status: int | None = 200, **event) -> tuple[HostState, dict]:
     state = _robots_known()
     url = f"http://{HOST}/news-00000000000000ff.html"
-    state, request = fl.lease_probe(state, HOST, url, url_fp(url), None, T0 + 1.0)
+    state, request = lease_probe(state, HOST, url, url_fp(url), None, T0 + 1.0)
     assert request is not None
-    state, outcome = fl.on_probe(state, _probe_event(request, http_status, **event), T0 + 2.0, POLITENESS)
+    state, outcome = on_probe(state, _probe_event(request, http_status, **event), T0 + 2.0, POLITENESS)
     assert outcome.matched
     return state, request
 
@@ -64,19 +70,19 @@ def _probed(http_status: int | None = 200, **event) -> tuple[fl.HostState, dict]
 # --- the state machine -----------------------------------------------------------------------------
 
 def test_robots_then_the_probe_then_pages_each_after_the_gap():
-    assert fl.plan(_queued(), T0, soft404=POLICY).step is fl.Step.FETCH_ROBOTS
+    assert plan(_queued(), T0, soft404=POLICY).step is Step.FETCH_ROBOTS
     state = _robots_known()
-    assert fl.plan(state, T0 + 1.0, soft404=POLICY).step is fl.Step.FETCH_PROBE
-    assert fl.plan(state, T0 + 1.0).step is fl.Step.POP            # no policy: no probe
+    assert plan(state, T0 + 1.0, soft404=POLICY).step is Step.FETCH_PROBE
+    assert plan(state, T0 + 1.0).step is Step.POP            # no policy: no probe
     state, request = _probed()
     assert request["kind"] == "probe" and request["url"].endswith(".html")
-    assert fl.plan(state, T0 + 2.5, soft404=POLICY) == fl.Plan(fl.Step.WAIT, T0 + 3.0)   # the gap after it
-    assert fl.plan(state, T0 + 3.0, soft404=POLICY).step is fl.Step.POP
+    assert plan(state, T0 + 2.5, soft404=POLICY) == Plan(Step.WAIT, T0 + 3.0)   # the gap after it
+    assert plan(state, T0 + 3.0, soft404=POLICY).step is Step.POP
 
 
 def test_tdmrep_json_comes_before_the_probe():
     state = _robots_known()
-    assert fl.plan(state, T0 + 1.0, tdmrep=True, soft404=POLICY).step is fl.Step.FETCH_TDMREP
+    assert plan(state, T0 + 1.0, tdmrep=True, soft404=POLICY).step is Step.FETCH_TDMREP
 
 
 @pytest.mark.parametrize(("status", "fetch_status", "suspect", "honest_or_none"), [
@@ -91,46 +97,46 @@ def test_the_probe_answer_is_kept_and_says_whether_pages_are_checked(status, fet
 def test_an_inconclusive_probe_is_tried_again_after_a_day_and_a_conclusive_one_after_thirty():
     for status, wait in ((503, POLICY.retry_after_s), (404, POLICY.reprobe_after_s)):
         state, _ = _probed(status)
-        state = fl.replace(state, robots_expires_at=T0 + 10 * wait)   # robots.txt's own TTL aside
-        assert fl.plan(state, T0 + 2.0 + wait - 1, soft404=POLICY).step is fl.Step.POP
-        assert fl.plan(state, T0 + 2.0 + wait, soft404=POLICY).step is fl.Step.FETCH_PROBE
+        state = replace(state, robots_expires_at=T0 + 10 * wait)   # robots.txt's own TTL aside
+        assert plan(state, T0 + 2.0 + wait - 1, soft404=POLICY).step is Step.POP
+        assert plan(state, T0 + 2.0 + wait, soft404=POLICY).step is Step.FETCH_PROBE
 
 
 def test_a_probe_robots_txt_disallows_is_not_fetched_and_checks_nothing():
     state = _robots_known(b"User-agent: *\nDisallow: /news-\n")
     url = f"http://{HOST}/news-00000000000000ff.html"
     rules = parse_robots(b"User-agent: *\nDisallow: /news-\n")
-    state, request = fl.lease_probe(state, HOST, url, url_fp(url), rules, T0 + 1.0)
+    state, request = lease_probe(state, HOST, url, url_fp(url), rules, T0 + 1.0)
     assert request is None and state.lease is None and state.probe.status is None
-    assert fl.plan(state, T0 + 1.0, soft404=POLICY).step is fl.Step.POP
+    assert plan(state, T0 + 1.0, soft404=POLICY).step is Step.POP
 
 
 def test_an_expired_probe_lease_is_no_answer_and_a_stale_event_changes_nothing():
     state = _robots_known()
     url = f"http://{HOST}/x.html"
-    state, request = fl.lease_probe(state, HOST, url, url_fp(url), None, T0 + 1.0)
-    same, outcome = fl.on_probe(state, _probe_event({"lease_id": "other"}), T0 + 2.0, POLITENESS)
+    state, request = lease_probe(state, HOST, url, url_fp(url), None, T0 + 1.0)
+    same, outcome = on_probe(state, _probe_event({"lease_id": "other"}), T0 + 2.0, POLITENESS)
     assert not outcome.matched and same == state
-    expired, outcome = fl.expire_lease(state, state.lease.deadline, politeness=POLITENESS)
+    expired, outcome = expire_lease(state, state.lease.deadline, politeness=POLITENESS)
     assert outcome.matched and expired.lease is None and expired.probe == ProbeRow(None, None, 0, "", state.lease.deadline)
 
 
 def test_host_rows_keep_the_probe_and_rows_before_it_read_as_never_probed():
     state, _ = _probed()
     row = state.to_row()
-    assert json.loads(row)["v"] == fl.STATE_VERSION >= 5
-    assert fl.HostState.from_row(row) == state
+    assert json.loads(row)["v"] == STATE_VERSION >= 5
+    assert HostState.from_row(row) == state
     old = json.loads(row)
     del old["probe"]
     old["v"] = 4
-    read = fl.HostState.from_row(json.dumps(old))
-    assert read.probe is None and fl.plan(read, T0 + 10.0, soft404=POLICY).step is fl.Step.FETCH_PROBE
+    read = HostState.from_row(json.dumps(old))
+    assert read.probe is None and plan(read, T0 + 10.0, soft404=POLICY).step is Step.FETCH_PROBE
 
 
-def _page_lease(state: fl.HostState) -> tuple[fl.HostState, dict]:
-    state, slot = fl.pop(state)
-    item = fl.QueueItem(f"http://{HOST}/a", url_fp(f"http://{HOST}/a"), depth=2)
-    state, request, _ = fl.lease_page(state, item, None, HOST, T0 + 5.0)
+def _page_lease(state: HostState) -> tuple[HostState, dict]:
+    state, slot = pop(state)
+    item = QueueItem(f"http://{HOST}/a", url_fp(f"http://{HOST}/a"), depth=2)
+    state, request, _ = lease_page(state, item, None, HOST, T0 + 5.0)
     return state, request
 
 
@@ -140,15 +146,15 @@ def test_a_soft_404_completion_is_an_error_row_looked_at_again_only_after_the_lo
     state, request = _page_lease(state)
     event = {"lease_id": request["lease_id"], "fp": request["fp"], "fetch_status": "ok", "http_status": 200,
              "fetch_ms": 10.0, "soft_404": True}
-    state, outcome = fl.on_completion(state, event, T0 + 6.0, politeness=POLITENESS, recrawl=recrawl)
-    assert outcome.matched and outcome.record.status is fl.UrlStatus.SOFT_404
+    state, outcome = on_completion(state, event, T0 + 6.0, politeness=POLITENESS, recrawl=recrawl)
+    assert outcome.matched and outcome.record.status is UrlStatus.SOFT_404
     if recrawl is None:
         assert outcome.record.due is None
         return
     assert outcome.record.due == T0 + 6.0 + recrawl.max_interval_s
-    assert fl.recrawl_item(outcome.record, request["url"], request["fp"], outcome.record.due - 10, recrawl) is None
-    item = fl.recrawl_item(outcome.record, request["url"], request["fp"], outcome.record.due, recrawl)
-    assert item is not None and item.priority == fl.PRIORITIES + recrawl.tiers - 1 and item.etag is None
+    assert recrawl_item(outcome.record, request["url"], request["fp"], outcome.record.due - 10, recrawl) is None
+    item = recrawl_item(outcome.record, request["url"], request["fp"], outcome.record.due, recrawl)
+    assert item is not None and item.priority == PRIORITIES + recrawl.tiers - 1 and item.etag is None
 
 
 # --- the glue ----------------------------------------------------------------------------------------
@@ -166,7 +172,7 @@ def test_the_frontier_leases_the_probe_and_then_sends_its_answer_with_each_page(
     h.event({"v": 1, "type": "completion", "host": HOST, "lease_id": page["lease_id"], "url": page["url"],
              "fp": page["fp"], "fetch_status": "ok", "http_status": 200, "fetch_ms": 5.0, "soft_404": True})
     assert h.counts["soft_404"] == 1
-    assert fl.UrlRecord.from_row(h.urls[fl.signed_fp(page["fp"])]).status is fl.UrlStatus.SOFT_404
+    assert UrlRecord.from_row(h.urls[signed_fp(page["fp"])]).status is UrlStatus.SOFT_404
 
 
 def test_pages_of_an_honest_host_carry_no_probe():
@@ -223,7 +229,7 @@ def test_the_probe_of_a_host_once_found_serving_soft_404s_is_fetched_again_whate
     _preflight(h, "/a", 200)
     (probe,) = h.advance(1.0)
     h.event(_probe_event(probe))                     # answered 200: the host serves soft 404s
-    h.host_row.update(fl.replace(h.state, robots_expires_at=0.0, tdmrep_expires_at=0.0).to_row())
+    h.host_row.update(replace(h.state, robots_expires_at=0.0, tdmrep_expires_at=0.0).to_row())
     h.restart()                                      # (read back from state, as after a restore)
     h.now = T0 + 31 * 86_400.0                       # every answer has expired
     _preflight(h, "/b", 404)

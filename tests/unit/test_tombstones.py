@@ -19,7 +19,8 @@ from consumers.tombstones import (TOMBSTONES, apply_to_archive, find_tombstones,
 from consumers.warc_compact import compact_warc
 from crawler.audit import read_audit
 from crawler.cli import main
-from operators.warc_writer import WarcFiles, WarcFileSettings, capture_records
+from operators.warc_files import WarcFiles, WarcFileSettings
+from udfs.warc_capture import capture_records
 from tests.integration.test_warc_writer import T0, result
 from tests.warc_validators import warcio_check
 from udfs.control import takedown
