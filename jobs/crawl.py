@@ -204,7 +204,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                          slot_group=job.parse_slot_group, parallelism=job.parse_width)
     verdicts = stages.dedup_verdicts(pages, config.dedup, config.warc, parse_parallelism=job.parse_width)
     archived = stages.warc_writer(pages, verdicts, job.warc_root, warc=config.warc, storage=config.storage,
-                                  discovery=config.discovery, dedup=config.dedup, slot_group=job.writer_slot_group)
+                                  discovery=config.discovery, dedup=config.dedup, slot_group=job.writer_slot_group,
+                                  user_agent=config.fetch.user_agent)
 
     sinks.emit(env, preflight.union(archived).union(rejects, for_other_hosts, *census))
 

@@ -31,7 +31,7 @@ from udfs.dedup import DedupPolicy
 from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy, gate_key
 from udfs.links import DEFAULT_POLICY as DEFAULT_EXTRACT_POLICY
 from udfs.links import ExtractPolicy
-from udfs.netguard import FetchPolicy
+from udfs.netguard import DEFAULT_USER_AGENT, FetchPolicy
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.page_facts import ParsedBundle
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy
@@ -141,11 +141,12 @@ def _no_verdicts(bundle: ParsedBundle) -> list[Probe]:
 def warc_writer(pages: DataStream, verdicts: DataStream, root: str, settings: WarcFileSettings = WarcFileSettings(),
                 warc: WarcPolicy = WarcPolicy(), storage: StoragePolicy = StoragePolicy(),
                 discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY, dedup: DedupPolicy = DedupPolicy(),
-                slot_group: str = "") -> DataStream:
+                slot_group: str = "", user_agent: str = DEFAULT_USER_AGENT) -> DataStream:
     """The WARC writer, pages keyed by `join_key` and paired with their `verdicts` (decision 1616): the
     (topic, key, value) records of each durable capture, its page (pages.parsed), links
-    (crawl.frontier) and completion (crawl.outcomes). `slot_group` "": the fetchers' slots."""
-    writer = WarcWriterFunction(root, settings, warc, storage=storage, discovery=discovery,
+    (crawl.frontier) and completion (crawl.outcomes). `slot_group` "": the fetchers' slots. Each file's
+    warcinfo names `user_agent`, the User-Agent of every request."""
+    writer = WarcWriterFunction(root, settings, warc, user_agent=user_agent, storage=storage, discovery=discovery,
                                 dedup=dedup if dedup.enabled else None)
     with python_mode(pages.get_execution_environment(), "process"):
         # A new uid with decision 1616: the writer became keyed (by join key) with a second input.

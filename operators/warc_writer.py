@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -29,13 +30,14 @@ from operators.warc_files import WarcFiles, WarcFileSettings
 from udfs.dedup import DedupPolicy, DedupVerdict
 from udfs.held_capture import HeldCapture
 from udfs.lease_extension import HeldLease, extended, extension_due, held_lease, lease_extend_event
+from udfs.netguard import DEFAULT_USER_AGENT
 from udfs.page_events import Event
 from udfs.page_facts import ParsedBundle
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy, RecentUrls
 from udfs.records import TOPIC_OUTCOMES, TOPIC_PAGES, FetchStatus, encode
 from udfs.storage import StoragePolicy, is_s3_root, parse_s3_root
 from udfs.verdict_join import VerdictJoin
-from udfs.warc import WarcBuilder, WarcPolicy
+from udfs.warc import WarcBuilder, WarcPolicy, crawl_warcinfo_fields
 
 # The Flink type of an `Event`: (topic, key, value).
 EVENT_TYPE = Types.TUPLE([Types.STRING(), Types.STRING(), Types.PRIMITIVE_ARRAY(Types.BYTE())])
@@ -57,7 +59,7 @@ class WarcWriterFunction(KeyedCoProcessFunction):
     """
 
     def __init__(self, root: str, settings: WarcFileSettings = WarcFileSettings(),
-                 warc_policy: WarcPolicy = WarcPolicy(), crawl_fields: tuple[tuple[str, str], ...] = (),
+                 warc_policy: WarcPolicy = WarcPolicy(), user_agent: str = DEFAULT_USER_AGENT,
                  storage: StoragePolicy = StoragePolicy(),
                  discovery: DiscoveryPolicy = DEFAULT_DISCOVERY_POLICY,
                  dedup: DedupPolicy | None = None) -> None:
@@ -66,7 +68,7 @@ class WarcWriterFunction(KeyedCoProcessFunction):
         self._root = root
         self._settings = settings
         self._warc_policy = warc_policy
-        self._crawl_fields = crawl_fields
+        self._user_agent = user_agent
         self._storage = storage
         self._discovery = discovery
         self._dedup = dedup
@@ -76,13 +78,14 @@ class WarcWriterFunction(KeyedCoProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         subtask = runtime_context.get_index_of_this_subtask()
+        crawl_fields = crawl_warcinfo_fields(self._warc_policy, self._user_agent, socket.gethostname())
         if is_s3_root(self._root):
             staged = WarcFileSettings(self._storage.max_file_bytes, self._storage.max_file_age_s, fsync=False)
             files = WarcFiles(self._storage.staging_dir, subtask, self._builder, staged,
-                              crawl_fields=self._crawl_fields,
+                              crawl_fields=crawl_fields,
                               store=ObjectStore(self._storage, parse_s3_root(self._root)))
         else:
-            files = WarcFiles(self._root, subtask, self._builder, self._settings, crawl_fields=self._crawl_fields)
+            files = WarcFiles(self._root, subtask, self._builder, self._settings, crawl_fields=crawl_fields)
         recovered = files.recover(runtime_context.get_number_of_parallel_subtasks())
         for line in recovered:
             logging.getLogger(__name__).warning("warc writer %d recovered %s", subtask, line)

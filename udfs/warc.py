@@ -78,6 +78,10 @@ class WarcPolicy:
     gzip_level: deflate level 1-9 of each record's gzip member (zlib-ng, decision 1822; libdeflate for the
         packed response block, decision 1831); 6 trades size for speed.
     software: the `software` field of warcinfo records.
+    is_part_of: the crawl's name, the `isPartOf` field of warcinfo records ("crawl"); name each crawl,
+        so its files say which collection they belong to.
+    operator: who runs the crawl, a name and contact (the `operator` field of warcinfo records; empty,
+        the default: none is written).
     pack_in_parse: true (default): each response block is deflated where its page is parsed and only a
         fifth of its bytes travel on to the writer; false: the writer deflates whole records.
     group_commit_ms: how long a capture written to a local file may wait for the fsync that makes it
@@ -100,6 +104,8 @@ class WarcPolicy:
     pack_in_parse: bool = True
     group_commit_ms: int = 0
     lease_extend_every_s: float = 20.0
+    is_part_of: str = "crawl"
+    operator: str = ""
 
     def __post_init__(self) -> None:
         if self.digest_algorithm not in DIGEST_ALGORITHMS:
@@ -112,6 +118,10 @@ class WarcPolicy:
             raise ValueError(f"warc.gzip_level must be an integer from 1 to 9, not {self.gzip_level!r}")
         if not self.software or _CTL.search(self.software):
             raise ValueError("warc.software must be a non-empty single line")
+        if not self.is_part_of or _CTL.search(self.is_part_of):
+            raise ValueError("warc.is_part_of must be a non-empty single line")
+        if _CTL.search(self.operator):
+            raise ValueError("warc.operator must be a single line")
         if not isinstance(self.group_commit_ms, int) or isinstance(self.group_commit_ms, bool) \
                 or not 0 <= self.group_commit_ms <= 10_000:
             raise ValueError(f"warc.group_commit_ms must be an integer from 0 to 10000, not {self.group_commit_ms!r}")
@@ -121,6 +131,20 @@ class WarcPolicy:
                              f"not {every!r}")
         if not isinstance(self.pack_in_parse, bool):
             raise ValueError(f"warc.pack_in_parse must be true or false, not {self.pack_in_parse!r}")
+
+
+ROBOTS_POLICY = "obey"   # the warcinfo `robots` field: every request obeys robots.txt (RFC 9309)
+
+
+def crawl_warcinfo_fields(policy: WarcPolicy, user_agent: str, hostname: str) -> tuple[tuple[str, str], ...]:
+    """The warcinfo fields that describe the crawl beside `software` and `format` (WARC 1.1 §6.2 and the
+    IIPC's WARC guidelines): the crawl it is part of, the machine that wrote the file, who operates the
+    crawl (when configured), its robots policy and the User-Agent every request carried."""
+    fields = [("isPartOf", policy.is_part_of), ("hostname", hostname)]
+    if policy.operator:
+        fields.append(("operator", policy.operator))
+    fields += [("robots", ROBOTS_POLICY), ("http-header-user-agent", user_agent)]
+    return tuple(fields)
 
 
 @dataclasses.dataclass(frozen=True)

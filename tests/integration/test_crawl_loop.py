@@ -85,6 +85,10 @@ def by_group(pages: list[dict], web: Web) -> dict[str, list[dict]]:
     return {name: [p for p in pages if urlsplit(p["url"]).hostname in hosts] for name, hosts in groups.items()}
 
 
+CRAWL_NAME = "crawl-loop-test"
+CRAWL_OPERATOR = "Crawl test team <crawl-test@example.org>"
+
+
 @pytest.fixture(scope="module")
 def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory: pytest.TempPathFactory):
     """Crawl a small synthetic web until WANT_PAGES pages are published (or the deadline); yield what it left."""
@@ -94,7 +98,8 @@ def crawl_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory:
     web = start_policy_web(work, N_HOSTS, SEED, WEB_POLICY)
     warc_root = work / "warc"
     config = loop_config(work, web, DEFAULT_DELAY_S, "fetch.total_timeout_s=5.0", "fetch.first_byte_timeout_s=3.0",
-                         "frontier.lease_timeout_s=20.0")
+                         "frontier.lease_timeout_s=20.0", f'warc.is_part_of="{CRAWL_NAME}"',
+                         f'warc.operator="{CRAWL_OPERATOR}"')
     pages: list[dict] = []
     try:
         client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "crawl-loop-test", web.seeds)
@@ -146,6 +151,18 @@ def test_every_published_page_points_at_its_warc_capture_record(crawl_run):
         # an exact duplicate of another URL's payload is archived as a revisit of that capture
         assert record.rec_type == ("revisit" if page["duplicate_of"] else "response")
         assert record.rec_headers.get_header("WARC-Target-URI") == page["url"]
+
+
+def test_every_warc_file_opens_with_a_warcinfo_naming_the_crawl_its_operator_host_robots_and_user_agent(crawl_run):
+    for path in sorted(crawl_run["warc_root"].rglob("*.warc.gz")):
+        with path.open("rb") as fh:
+            info = next(ArchiveIterator(fh))
+            assert info.rec_type == "warcinfo", path
+            assert info.rec_headers.get_header("WARC-Filename") == path.name
+            fields = dict(line.split(": ", 1) for line in info.content_stream().read().decode().splitlines() if line)
+        assert fields["isPartOf"] == CRAWL_NAME and fields["operator"] == CRAWL_OPERATOR, fields
+        assert fields["robots"] == "obey" and fields["hostname"], fields
+        assert fields["http-header-user-agent"] == crawl_run["config"].fetch.user_agent, fields
 
 
 def test_every_warc_file_passes_warcio_fastwarc_and_jwarc(crawl_run):
