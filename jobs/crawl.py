@@ -133,8 +133,8 @@ def _valid_events(item: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _frontier_events(item: dict[str, Any]) -> list[Row]:
     """Events for the frontier, keyed by host where they are decoded (operators.keyed_union, decision 1833):
-    all valid ones but `ip_done`, which only jobs from before decision 1612 wrote (for an IP gate that
-    now lives in the fetcher); a restored job may still read some."""
+    all valid ones but `ip_done`, which this job never writes (the fetcher keeps the per-address limit);
+    a topic may still hold some that another job wrote."""
     if item["kind"] != "event" or item["event"]["type"] == "ip_done":
         return []
     return [keyed_row(item["event"]["host"], item["event"])]
@@ -148,7 +148,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     env.enable_checkpointing(job.checkpoint_interval_ms)
     # Aligned checkpoints whatever the cluster's configuration says: the WARC writer pairs a page with its
     # dedup verdict, and snapshots the captures it holds, on the barrier order that alignment gives
-    # (decisions 1616, 3780); an unaligned barrier would overtake records and lose such pairs.
+    # (decision 3780); an unaligned barrier would overtake records and lose such pairs.
     env.get_checkpoint_config().disable_unaligned_checkpoints()
     env.set_buffer_timeout(job.buffer_timeout_ms)
 
@@ -159,7 +159,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     decoded = (sources.frontier(env)
                .flat_map(DecodeEvents(), output_type=EVENT_TYPE).uid("decode-events").name("decode events"))
     # A second source, so the frontier's input alternates between the topics: the ends of leases wait
-    # behind a few buffers of discoveries at most, never behind the topic's backlog (decision 1610).
+    # behind a few buffers of discoveries at most, never behind the topic's backlog.
     outcomes = (sources.outcomes(env)
                 .flat_map(DecodeOutcomes(), output_type=EVENT_TYPE).uid("decode-outcomes").name("decode outcomes"))
     # flat_map, not filter + map: PyFlink fuses chained Python functions and keeps one uid of them.
@@ -181,7 +181,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                                 sitemaps=config.sitemaps if config.sitemaps.follow else None,
                                 thread_nice=config.job.frontier_nice, control=config.control)
     # Keyed on each side, where each is decoded: no key-by vertex after the union, one hop and one Python
-    # call per event fewer; each kind reaches the frontier on channels of its own (decision 1833).
+    # call per event fewer; each kind reaches the frontier on channels of its own.
     keyed_event = keyed_row_type(Types.STRING(), EVENT_TYPE)
     events = keyed_union(
         decoded.flat_map(_frontier_events, output_type=keyed_event).uid("valid-events").name("valid events"),
@@ -194,7 +194,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     for_other_hosts = requests.get_side_output(FRONTIER_EVENTS_TAG)
 
     # Host names sharing a server share its budget: the fetcher is keyed by server address and
-    # holds each address's limit itself (decision 1612). Robots.txt, tdmrep.json and probe results go
+    # holds each address's limit itself. Robots.txt, tdmrep.json and probe results go
     # straight to crawl.outcomes; a page goes to parse, then to the WARC writer, which pairs it with
     # the verdict dedup gives on a small probe of it (decision 1616).
     fetched = stages.fetch(requests, config.fetch, job.fetch_capacity, gate=config.ipgate,

@@ -47,8 +47,8 @@ def fetch(requests: DataStream, policy: FetchPolicy, capacity: int,
     """FetchRequests → FetchResults, keyed by gate key so that each server address has one owner, which
     keeps its limit (decision 1612). `parallelism` None: the environment's."""
     with python_mode(requests.get_execution_environment(), "process"):
-        # A new uid with decision 1612: the async operator it replaces ("fetch") and the IP gate before
-        # it ("ip-gate") are gone, so a savepoint from before restores with --allowNonRestoredState.
+        # The uid names the address-keyed fetcher's state in savepoints, so it must not change. A savepoint
+        # that holds operators this graph lacks ("fetch", "ip-gate") restores with --allowNonRestoredState.
         fetched = (requests.key_by(gate_key, key_type=Types.STRING())
                    .process(FetchFunction(policy, capacity, gate), output_type=FETCH_RESULT_TYPE)
                    .uid("fetch-by-address").name("fetch"))
@@ -59,8 +59,7 @@ def fetch(requests: DataStream, policy: FetchPolicy, capacity: int,
 
 def preflight_events(fetched: DataStream, policy: FetchPolicy, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
                      extract: ExtractPolicy = DEFAULT_EXTRACT_POLICY) -> DataStream:
-    """The crawl.outcomes events of robots.txt, tdmrep.json and soft-404 probe results (decisions 1930,
-    1844); pages give none."""
+    """The crawl.outcomes events of robots.txt, tdmrep.json and soft-404 probe results; pages give none."""
     with python_mode(fetched.get_execution_environment(), "process"):
         return (fetched.flat_map(_preflight_outputs(policy.robots_max_bytes, optout.max_tdmrep_bytes, extract),
                                  output_type=TRIPLE_TYPE)
@@ -102,10 +101,10 @@ def parse(fetched: DataStream, extract: ExtractPolicy = DEFAULT_EXTRACT_POLICY,
 def dedup_verdicts(pages: DataStream, policy: DedupPolicy = DedupPolicy(), warc: WarcPolicy = WarcPolicy(),
                    parse_parallelism: int | None = None, state_mode: str = "thread") -> DataStream:
     """The dedup verdicts of the pages, keyed by `join_key` for the writer to pair each with its page
-    (decisions 1300-1303, 1616); an empty stream with dedup disabled. Give `parse_parallelism` when
+    (decisions 1300-1303); an empty stream with dedup disabled. Give `parse_parallelism` when
     parse's differs from the environment's: the probe map then runs beside each parse subtask rather
     than behind a shuffle of whole pages. `state_mode` is the mode of the keyed dedup operators:
-    `thread` (decision 1303); the dedup benchmark measures `process` beside it."""
+    `thread`; the dedup benchmark measures `process` beside it."""
     env = pages.get_execution_environment()
     if not policy.enabled:
         with python_mode(env, "process"):
@@ -149,7 +148,7 @@ def warc_writer(pages: DataStream, verdicts: DataStream, root: str, settings: Wa
     writer = WarcWriterFunction(root, settings, warc, user_agent=user_agent, storage=storage, discovery=discovery,
                                 dedup=dedup if dedup.enabled else None)
     with python_mode(pages.get_execution_environment(), "process"):
-        # A new uid with decision 1616: the writer became keyed (by join key) with a second input.
+        # The uid names the keyed two-input writer's state in savepoints, so it must not change.
         events = (pages.key_by(join_key, key_type=Types.STRING())
                   .connect(verdicts)
                   .process(writer, output_type=TRIPLE_TYPE)

@@ -64,7 +64,7 @@ def lower_thread_priority(increment: int) -> int | None:
 
 
 def thread_nice() -> int:
-    """The calling thread's nice value (`frontier.thread_nice`: what decision 1839 set, as the OS has it)."""
+    """The calling thread's nice value (`frontier.thread_nice`: what lower_thread_priority set, as the OS has it)."""
     return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
 

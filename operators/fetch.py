@@ -18,7 +18,7 @@ server address and keeps the per-address limit itself (operators/fetch_loop.py, 
 Metrics (group `fetch`, docs/metrics.md): outcomes by status class, bytes, 429s, robots.txt failures,
 DNS / connect / first-byte / total latency and the share of fetch slots left idle; group `ipgate`:
 the per-address gate. They are tallied on the event loop's thread and handed to Flink once per
-bundle (docs/decisions/1701).
+bundle.
 """
 from __future__ import annotations
 
@@ -419,7 +419,7 @@ def as_request(value: Any) -> FetchRequest | None:
 class FetchFunction(KeyedProcessFunction):
     """The fetch operator, keyed by gate key (process execution mode): requests in, FetchResults out.
 
-    The fetches run on a FetchLoop's thread, behind the per-address gate (decision 1612); this shell
+    The fetches run on a FetchLoop's thread, behind the per-address gate; this shell
     hands each request over and passes on whatever has finished whenever Flink gives it the thread:
     at the next request, or at a processing-time poll timer kept armed while anything is pending.
     When every fetch slot is taken it waits for one to end before it returns, so back pressure
@@ -494,7 +494,7 @@ class FetchFunction(KeyedProcessFunction):
 
 class _GateMetrics:
     """The `ipgate` metric group: the loop's gate counters handed to Flink at each bundle's end (as
-    `_FetchMetrics`, decision 1701), and its levels as gauges."""
+    `_FetchMetrics`), and its levels as gauges."""
 
     def __init__(self, group: Any, loop: FetchLoop) -> None:
         self._loop = loop

@@ -2,8 +2,8 @@
 
 The fetch operator (operators/fetch.py) is keyed by gate key (udfs.ip_gate.gate_key), so every
 request for one server address reaches one subtask, and this loop can keep that address's limit
-itself: a fetch's end frees its slot on the spot, where a gate upstream of the fetcher had to wait
-for an `ip_done` to come back through Kafka and the busy task in front of it (decision 1612).
+itself: a fetch's end frees its slot on the spot, with no message to wait for through Kafka and the
+busy task in front of it (decision 1612).
 
 Threads: the operator's thread hands requests in (`submit`) and takes results out (`drain`); the
 loop's thread owns everything else (gate rows, wake-up handles, fetch tasks), so the gate needs no

@@ -5,9 +5,9 @@ Every decision is made in the `udfs.frontier` package; this module only moves ro
 those functions. `HostFrontier` is that glue, written against the four state handles' methods
 (`value/update`, `get/put/remove`) so it can be driven by plain dict-backed stand-ins in unit tests;
 `FrontierFunction` is the Flink shell: state descriptors, metrics, the clock and the one timer per host.
-Recrawl (issue #6, decision 1110): a fetched URL's due time puts it in a due bucket (MapState bucket
+Recrawl (decision 1110): a fetched URL's due time puts it in a due bucket (MapState bucket
 end ms → its URLs) with one processing-time timer per bucket, separate from the politeness timer;
-when it fires, the bucket's URLs go to the host's recrawl lane. Gauges (issue #7) are running totals
+when it fires, the bucket's URLs go to the host's recrawl lane. Gauges are running totals
 per subtask, updated from each host's state before and after every call (`FrontierGauges`).
 It must run in `thread` execution mode (docs/architecture.md §4); it works in `process` mode too.
 """
@@ -75,43 +75,43 @@ METRICS = tuple(v.value for v in Verdict) + TRAP_METRICS + (
     "controls_rejected",
     "bloom_reads_skipped", "bloom_false_positives", "bloom_hosts_loaded", "demoted_duplicate_host",
     UrlStatus.MOVED_PERMANENTLY.value, UrlStatus.REDIRECTED.value,
-    # recrawl (issue #6): scheduled after a fetch, due (bucket entry moved to the recrawl lane), stale
+    # recrawl: scheduled after a fetch, due (bucket entry moved to the recrawl lane), stale
     # bucket entries skipped, recrawl-lane releases, what refetches saw (unchanged share), 304s
     "recrawl_scheduled", "recrawl_due", "recrawl_stale", "recrawl_released", "recrawl_unchanged",
     "recrawl_changed", "not_modified",
-    # issue #9: released pages whose robots.txt disallows a configured AI agent (FetchRequest.ai_disallowed)
+    # released pages whose robots.txt disallows a configured AI agent (FetchRequest.ai_disallowed)
     "ai_disallowed",
-    # decision 1930: tdmrep.json leases, files found, hosts without one (any non-2xx, expiry, or robots.txt
+    # tdmrep.json leases, files found, hosts without one (any non-2xx, expiry, or robots.txt
     # disallowing it), and released pages whose file rule reserves TDM (FetchRequest.tdm_file = 1)
     "tdmrep_leased", "tdmrep_found", "tdmrep_absent", "tdm_file_reserved",
-    # decision 1618: a ready host turned away because the subtask had its bound of leases out
+    # a ready host turned away because the subtask had its bound of leases out
     "budget_waits",
     # decision 3702: pages that ended at a hostile parse limit, and hosts held for reaching max_parse_strikes
     "parse_strikes", "hosts_held_parse_strikes",
     # decision 3781: page completions whose capture the writer lost (requeued, nothing charged)
     "completions_not_archived",
-    # decision 1844: soft-404 probes leased, hosts whose probe was answered 200 (their pages are
+    # soft-404 probes leased, hosts whose probe was answered 200 (their pages are
     # checked), and pages found to be the host's "not found" page
     "probe_leased", "probe_suspect", "probe_by_tdmrep", "soft_404",
-    # decision 1811: questions to the domain census, and its answers (a host's share of its domain's budget)
+    # questions to the domain census, and its answers (a host's share of its domain's budget)
     "census_asked", "domain_shares_heard",
-    # decision 1812: sitemaps a robots.txt listed that were offered to the queues of the hosts serving
+    # sitemaps a robots.txt listed that were offered to the queues of the hosts serving
     # them, and those skipped (malformed, repeated, or past sitemaps.max_per_host)
     "sitemaps_listed", "sitemaps_skipped",
-    # decision 1812: fetched pages whose sitemap lastmod brought their recrawl forward
+    # fetched pages whose sitemap lastmod brought their recrawl forward
     "sitemap_lastmod_forward",
-    # decision 1820: pages kept on the record of the canonical they named until it is fetched, pages not
+    # pages kept on the record of the canonical they named until it is fetched, pages not
     # kept (the canonical keeps MAX_CANONICAL_ALIASES), and verdicts revised on crawl.status
     "canonical_claimed", "canonical_claims_over_limit", "canonical_revised",
-    # decision 3783: the WARC writer's lease extensions applied, naming no lease the host holds, and
+    # the WARC writer's lease extensions applied, naming no lease the host holds, and
     # refused because the lease has had all of frontier.max_lease_extension_s
     Extension.EXTENDED.value, Extension.STALE.value, Extension.CAPPED.value,
 )
-# Gauges under `frontier` (issue #7), per subtask: queue depth per discovery priority and recrawl tier.
+# Gauges under `frontier`, per subtask: queue depth per discovery priority and recrawl tier.
 DEPTH_GAUGES = tuple(f"queue_depth_p{p}" for p in range(PRIORITIES)) + tuple(
     f"recrawl_depth_t{t}" for t in range(RECRAWL_TIERS))
 GAUGES = DEPTH_GAUGES + ("hosts_with_queue", "oldest_due_age_s")
-# Levels of the release budget (decision 1618): leases out now, the bound in force, completions per minute;
+# Levels of the release budget: leases out now, the bound in force, completions per minute;
 # how far behind discovery the subtask reads and whether that holds its leases back (decision 1843).
 BUDGET_GAUGES = ("leases_out", "leases_cap", "completions_per_min", "discovery_lag_s", "backlog_braked")
 _REDIRECTS = (UrlStatus.MOVED_PERMANENTLY, UrlStatus.REDIRECTED)
@@ -143,13 +143,13 @@ class Effects:
     timer_register_ms: int    # 0 = none
     due_timers: tuple[int, ...] = ()  # due-bucket timers to register (Flink keeps one per key and time)
     census: tuple[dict[str, Any], ...] = ()  # questions to the domain census (udfs.census.host_seen)
-    # (topic, key, value) records for other keys: other hosts' sitemaps (decision 1812), revised
-    # canonical verdicts on crawl.status (decision 1820)
+    # (topic, key, value) records for other keys: other hosts' sitemaps, revised
+    # canonical verdicts on crawl.status
     events: tuple[tuple[str, str, bytes], ...] = ()
 
 
 class FrontierGauges:
-    """Running totals over this subtask's hosts (issue #7): URLs per discovery priority and recrawl
+    """Running totals over this subtask's hosts: URLs per discovery priority and recrawl
     tier, hosts with a queue, and the oldest due time waiting in a recrawl lane. A host counts from
     the first call that touches it in this run (its row's `gauge_epoch`): after a restore the totals
     grow back host by host as their timers fire, never from a scan of state."""
@@ -203,8 +203,8 @@ class HostFrontier:
     filter the first time the host admits URLs in that run (its row remembers the epoch), so after a
     restore or rescale the filter is rebuilt from state host by host and never misses a known URL.
 
-    `optout` names the AI agents whose robots.txt verdict a released page carries (`ai_disallowed`,
-    issue #9): the frontier holds the parsed rules, so the parse step needs no robots.txt of its own.
+    `optout` names the AI agents whose robots.txt verdict a released page carries (`ai_disallowed`):
+    the frontier holds the parsed rules, so the parse step needs no robots.txt of its own.
     With a `tdmrep_body` state and `optout.tdmrep_fetched`, each host's tdmrep.json is leased after
     robots.txt (decision 1930), its body kept there, parsed once per host and expiry into a transient
     cache like the robots rules, and a released page carries its file rule's value (`tdm_file`).
@@ -234,19 +234,19 @@ class HostFrontier:
             raise ValueError(f"recrawl.tiers must be at most {RECRAWL_TIERS} (the frontier's recrawl queues), "
                              f"got {recrawl.tiers}")
         self.host_row, self.robots_body, self.slots, self.urls = host_row, robots_body, slots, urls
-        # `due` None turns recrawl off: no history, no schedule, one lane (the frontier before issue #6)
+        # `due` None turns recrawl off: no history, no schedule, one lane
         self.due, self.recrawl = due, recrawl
         self.gauges = gauges
-        self.trips = LeaseTrips()   # where page leases wait: before or after their fetch (decision 1833)
+        self.trips = LeaseTrips()   # where page leases wait: before or after their fetch
         self.budget = budget   # None: every ready host leases at once (no bound on leases out, decision 1618)
-        self.soft404 = soft404  # None: no soft-404 probes, no checks (decision 1844)
-        self.budgets = budgets  # None: no pages-per-day or URLs-per-round budget (decision 1805)
-        self.census = census and budgets is not None   # False: no domain shares (decision 1811)
-        self.sitemaps = sitemaps   # None: robots.txt Sitemap: lines are not followed (decision 1812)
+        self.soft404 = soft404  # None: no soft-404 probes, no checks
+        self.budgets = budgets  # None: no pages-per-day or URLs-per-round budget
+        self.census = census and budgets is not None   # False: no domain shares
+        self.sitemaps = sitemaps   # None: robots.txt Sitemap: lines are not followed
         self._probe_paths = random.Random()
         self.quality = quality
-        # 5 agents cost about 15 us per released page (RobotsRules caches each agent's group), against
-        # ~15 ms of frontier time per page in the crawl benchmark: no per-host cache of verdicts
+        # RobotsRules caches each agent's group, so the agents' verdicts are cheap next to the rest of a
+        # page's release: no per-host cache of verdicts
         self._ai_agents = optout.ai_agents if optout.use_robots else ()
         self.tdmrep_body, self.optout = tdmrep_body, optout
         self._tdmrep = tdmrep_body is not None and optout.tdmrep_fetched
@@ -350,7 +350,7 @@ class HostFrontier:
 
     def _leased_record(self, state: HostState) -> UrlRecord | None:
         """The leased page URL's row: on_completion updates its history (recrawl on), and the pages that
-        named it as their canonical wait in it for this answer (decision 1820)."""
+        named it as their canonical wait in it for this answer."""
         if state.lease is None or state.lease.kind != "page":
             return None
         row = self.urls.get(signed_fp(state.lease.item.fp))
@@ -359,7 +359,7 @@ class HostFrontier:
     def _answer_claims(self, aliases: tuple[str, ...], canonical: str, reason: str | None) -> None:
         """The canonical the pages `aliases` named was fetched: when it is broken (`reason`), their verdicts
         are revised on crawl.status; otherwise their hint stands. Either way the completion's new row
-        no longer holds them (decision 1820)."""
+        no longer holds them."""
         if reason is None:
             return
         for alias in aliases:
@@ -390,7 +390,7 @@ class HostFrontier:
         self.count("recrawl_scheduled")
 
     def _release_due(self, state: HostState, bucket: int, now: float) -> HostState:
-        """A due bucket's timer: its URLs that are still scheduled go to the recrawl lane (decision 1110)."""
+        """A due bucket's timer: its URLs that are still scheduled go to the recrawl lane."""
         row = self.due.get(bucket)
         if row is None:
             return state
@@ -499,7 +499,7 @@ class HostFrontier:
     def _sitemap_listed(self, key: int, item: QueueItem, record: UrlRecord, raw: dict[str, Any],
                         state: HostState, now: float) -> None:
         """A sitemap lists a known URL: keep the priority and changefreq it gives (decision 1813), and
-        when its lastmod says a fetched page changed since, bring the recrawl forward (decision 1812)."""
+        when its lastmod says a fetched page changed since, bring the recrawl forward."""
         priority, changefreq = sitemap_hints(raw)
         updated = replace(record, sitemap_priority=priority, changefreq=changefreq)
         due = sitemap_due(record, raw.get("lastmod"), state, now, self.recrawl)
@@ -829,8 +829,8 @@ def broadcast_controls(controls: DataStream) -> BroadcastStream:
 
 
 # Records the frontier writes for other keys, as (topic, key, value): a sitemap another host serves
-# (crawl.frontier, decision 1812), a revised canonical verdict (crawl.status, decision 1820), a control
-# record it refuses (crawl.status, decision 3731).
+# (crawl.frontier), a revised canonical verdict (crawl.status), a control record it refuses
+# (crawl.status).
 FRONTIER_EVENTS_TAG = OutputTag("frontier-events", Types.TUPLE([Types.STRING(), Types.STRING(),
                                                                  Types.PRIMITIVE_ARRAY(Types.BYTE())]))
 
@@ -857,18 +857,18 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  control: ControlPolicy = DEFAULT_CONTROL_POLICY) -> None:
         self.policy, self.politeness, self.robots_policy, self.traps = policy, politeness, robots_policy, traps
         self.control = control   # the job passes its `[control]` section: the cap on takedown patterns
-        self.thread_nice = thread_nice   # the job passes `job.frontier_nice` (decision 1839)
+        self.thread_nice = thread_nice   # the job passes `job.frontier_nice`
         self.quality = quality
         # The job passes its `[optout]` section; a frontier built without one (test harnesses that
-        # script every fetch) keeps the two-kind protocol: no tdmrep.json leases (decision 1930).
+        # script every fetch) keeps the two-kind protocol: no tdmrep.json leases.
         self.optout = optout if optout is not None else dataclasses.replace(DEFAULT_OPTOUT_POLICY, fetch_tdmrep=False)
         self.recrawl = recrawl
         # Like tdmrep.json: a frontier built without a `[soft404]` policy (test harnesses that script
-        # every fetch) leases no probes; the job passes its section when enabled (decision 1844).
+        # every fetch) leases no probes; the job passes its section when enabled.
         self.soft404 = soft404
-        self.budgets = budgets   # likewise: the job passes `[budgets]` when enabled (decision 1805)
-        self.census = census     # and wires the domain census when its shares are on (decision 1811)
-        self.sitemaps = sitemaps  # and `[sitemaps]` when it follows them (decision 1812)
+        self.budgets = budgets   # likewise: the job passes `[budgets]` when enabled
+        self.census = census     # and wires the domain census when its shares are on
+        self.sitemaps = sitemaps  # and `[sitemaps]` when it follows them
         self.bloom = bloom
         self.fetch_policy = fetch_policy  # its host map pins each request's `ip` for the IP gate
         self.frontier: HostFrontier | None = None
@@ -914,7 +914,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                 return self.frontier.trips.gauge(name) if self.frontier is not None else 0
             return gauges.value(name, time.time())
 
-        # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager (decision 1606).
+        # Levels, not Python gauges: a gauge read by the metrics thread crashes the TaskManager.
         self.levels = Levels(group, GAUGES + (("bloom_fill_ratio_ppm",) if seen is not None else ())
                              + (BUDGET_GAUGES if budget is not None else ()) + LEASE_TRIP_GAUGES
                              + (THREAD_CPU, THREAD_NICE), level)

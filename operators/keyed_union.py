@@ -3,9 +3,9 @@
 `a.union(b).key_by(f)` in PyFlink puts the key selector, a Python map, after the union: a vertex of its
 own whose one output channel carries both inputs in arrival order: one more network hop, and one more
 Python call per event in the TaskManager's interpreter. Keyed here, each input reaches the keyed
-operator on channels of its own. In front of the frontier this did not shorten the 12-16 s a lease end
-waited there (docs/perf/crawl-throughput-history.md step 16): that wait was the release bound's own queue (decision 1834),
-not the union's. It is kept for the hop and the call it saves.
+operator on channels of its own. That saves the hop and the call; it does not shorten how long a lease
+end waits in front of the frontier, which is the release bound's own queue (decision 1834), not the union's
+(docs/perf/crawl-throughput-history.md step 16).
 
 Each input must already carry `Row(key, value)` (what PyFlink's own key_by map emits); this module then
 partitions their union by field 0 exactly as `DataStream.key_by` does after its map. It leans on two

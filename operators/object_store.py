@@ -21,8 +21,8 @@ from udfs.storage import S3Root, StoragePolicy
 
 class UploadError(RuntimeError):
     """A request to the store failed (after boto3's retries, if any), or the store holds something else
-    under the key. The WARC writer catches it: the file stays staged and is tried again after a backoff
-    (decision 3782); nothing is published from it until then."""
+    under the key. The WARC writer catches it: the file stays staged and is tried again after a backoff;
+    nothing is published from it until then."""
 
 
 class ObjectStore:

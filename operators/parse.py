@@ -37,7 +37,7 @@ LIMIT_REASONS = ("depth", "elements", "cpu", "memory", "crashed")
 
 
 def is_probe(result: FetchResult) -> bool:
-    """Whether `result` answers a soft-404 probe lease (routed to crawl.outcomes, not to parse: decision 1844)."""
+    """Whether `result` answers a soft-404 probe lease (routed to crawl.outcomes, not to parse)."""
     return result["request"].get("kind") == "probe"
 
 
@@ -98,12 +98,12 @@ def is_robots(result: FetchResult) -> bool:
 
 
 def is_tdmrep(result: FetchResult) -> bool:
-    """Whether `result` answers a tdmrep.json lease (routed to crawl.outcomes, not to parse: decision 1930)."""
+    """Whether `result` answers a tdmrep.json lease (routed to crawl.outcomes, not to parse)."""
     return result["request"].get("kind") == "tdmrep"
 
 
 def tdmrep_event(result: FetchResult, max_bytes: int) -> TdmrepResult:
-    """The `TdmrepResult` crawl.outcomes event of a tdmrep.json fetch (decision 1930), body capped at
+    """The `TdmrepResult` crawl.outcomes event of a tdmrep.json fetch, body capped at
     `max_bytes` (OptOutPolicy.max_tdmrep_bytes)."""
     return TdmrepResult(type="tdmrep", body_b64=b64(result["body"][:max_bytes]), retry_after=_retry_after(result),
                         **_preflight(result))
@@ -117,7 +117,7 @@ def tdmrep_outputs(result: FetchResult, max_bytes: int) -> list[tuple[str, str, 
 
 class PageParser:
     """`parse_result` with the policies bound: in a sandboxed child process under the extraction budget
-    (`policy.sandbox`, decision 3701), else in this process. `start` and `close` bracket its use."""
+    (`policy.sandbox`), else in this process. `start` and `close` bracket its use."""
 
     def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
                  soft404: Soft404Policy | None = None, sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> None:
@@ -160,7 +160,7 @@ class ParseFunction(FlatMapFunction):
                  soft404: Soft404Policy | None = None, sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY,
                  warc: WarcPolicy | None = None) -> None:
         self._parser = PageParser(policy, optout, soft404, sitemaps)
-        # Packs response blocks for the writer (decision 1823) when the writer's policy says so.
+        # Packs response blocks for the writer when the writer's policy says so.
         self._packer = WarcBuilder(warc) if warc is not None and warc.pack_in_parse else None
         self._counters: dict[str, Any] = {}
         self._latency = RecentWindow()

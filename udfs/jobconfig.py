@@ -36,7 +36,7 @@ class JobPolicy:
     writer_slot_group: str = "writer"
     # Slot sharing group of parse (and the dedup operators after it). Its own group (the default) gives
     # parse a Python worker process of its own, so the fetcher's event loop does not wait for page parsing
-    # to let go of the interpreter lock (decisions 1808, 1824); the job then takes `parallelism` more
+    # to let go of the interpreter lock (decision 1824); the job then takes `parallelism` more
     # slots. Empty (or "default"):
     # parse runs in the fetcher's worker; "writer": beside the WARC writers, in their slots.
     parse_slot_group: str = "parse"

@@ -8,7 +8,7 @@ Topics
 - `crawl.frontier` (key = host_key): `DiscoveredBatch` events: new URLs from pages, seeds, redirects.
 - `crawl.outcomes` (key = host_key): what became of each lease: `Completion`, `RobotsResult`,
   `TdmrepResult` events, and `LeaseExtend` (a page lease whose capture still waits to be durable);
-  `IpDone` (key = the IP gate key) is not written (the fetcher keeps its gate, decision 1612); the
+  `IpDone` (key = the IP gate key) is not written (the fetcher keeps its gate); the
   job drops any that an older job left on the topic.
   Apart from discoveries so a backlog of new URLs never delays the end of a lease.
   Both topics carry the one event schema and the job reads any event type from either.

@@ -44,7 +44,7 @@ class Verdict(str, enum.Enum):
     REDIRECT_CHAIN = "dropped_redirect_chain"  # a redirect target more than max_redirect_hops along
     TAKEN_DOWN = "dropped_taken_down"          # under an operator takedown (crawl.control)
     ROUND_BUDGET = "dropped_round_budget"      # the host admitted its URLs for this round (decision 1805)
-    DOMAIN_ROUND_BUDGET = "dropped_domain_round_budget"   # its share of the domain's round is spent (1811)
+    DOMAIN_ROUND_BUDGET = "dropped_domain_round_budget"   # its share of the domain's round is spent
 
 
 # One counter per trap rule's reason (udfs.traps.REASONS), e.g. `dropped_trap_calendar_out_of_window`.

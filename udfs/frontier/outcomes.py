@@ -199,7 +199,8 @@ def _redirect_status(fetch_status: Any, http_status: Any, target: Any) -> UrlSta
 
 def issued_in_run(lease: Lease, run: str) -> bool:
     """Whether `run` (the operator run's tag, `_lease`) issued the lease: its id is `host/<run><seq>`.
-    Ids of releases before decision 1604 (`host/<seq>`) name no run, so no run of today issued them."""
+    An id `host/<seq>` (restored from state an older release wrote; decision 1604) names no run, so no
+    run of today issued it."""
     return lease.lease_id.rpartition("/")[2].startswith(run)
 
 

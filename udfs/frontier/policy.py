@@ -20,7 +20,7 @@ class FrontierPolicy:
     max_urls_per_host: rows in a host's URL table; new URLs beyond it are dropped as `host_budget` (1,000,000).
     lease_timeout_s: a lease with no completion after this expires and its URL is queued again (60 s:
         the fetcher's 10 s total timeout plus the way back through parse, dedup, the WARC writer and
-        Kafka, which under full load took 30-60 s for a quarter of the leases; decision 1615).
+        Kafka, which under full load can take most of that; decision 1615).
     max_attempts: a page leased this many times without a usable answer is parked, not retried (3).
     robots_retry_max_s: cap on the wait before retrying an unreachable robots.txt; the wait starts at
         RobotsPolicy.unreachable_ttl_s and doubles per failure in a row (6 h). How long a fetched

@@ -58,8 +58,8 @@ def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Pol
          budgets: BudgetPolicy | None = None) -> Plan:
     """What the host may do at `now` (§2 invariants 1-2): one lease at a time, robots.txt first,
     nothing before next_allowed_at, nothing but a robots retry while robots.txt is unreachable;
-    with `tdmrep` on, tdmrep.json second, before any page (decision 1930); with a `soft404` policy,
-    the soft-404 probe next, when `probe_due` (decision 1844); with `budgets`, no page before the host
+    with `tdmrep` on, tdmrep.json second, before any page; with a `soft404` policy,
+    the soft-404 probe next, when `probe_due`; with `budgets`, no page before the host
     has a token of its pages-per-day budget (decision 1805; robots.txt, tdmrep.json and the probe
     are not budgeted) and of its share of the domain's (decision 1811)."""
     if state.lease is not None:
@@ -105,9 +105,9 @@ def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
         if item.capture is not None:  # a 304 is archived as a revisit of this capture (decision 1113)
             request["revisit_of"] = capture_dict(item.capture)
         if item.sitemap:
-            request["sitemap"] = True   # parse reads it as a sitemap, the writer does not publish it (1812)
+            request["sitemap"] = True   # parse reads it as a sitemap, the writer does not publish it
             if item.sitemap_for:
-                request["sitemap_for"] = item.sitemap_for   # it speaks for that host too (1816)
+                request["sitemap_for"] = item.sitemap_for   # it speaks for that host too
     return replace(state, lease=lease, lease_seq=seq), request
 
 

@@ -26,7 +26,7 @@ from udfs.traps import EMPTY_SUMMARY, HostTrapSummary
 def replace(obj: Any, **changes: Any) -> Any:
     """`dataclasses.replace` for the frontier's own frozen records, without its per-call work (it
     rebuilds every field through `__init__`): the hot path copies a HostState once or more per URL,
-    and this copy is about 10× cheaper (measured in bench/bench_frontier.py). A class that validates
+    and this copy is several times cheaper (bench/bench_frontier.py measures it). A class that validates
     in `__post_init__` goes through `dataclasses.replace`; an unknown field name raises either way."""
     if hasattr(obj, "__post_init__"):
         return dataclasses.replace(obj, **changes)
@@ -40,8 +40,8 @@ def replace(obj: Any, **changes: Any) -> Any:
 
 _FIELD_NAMES: dict[type, frozenset[str]] = {}
 
-STATE_VERSION = 6               # 6: host budget (decision 1805); 5: soft-404 probe (decision 1844); 4: tdmrep.json (1930);
-_READABLE_VERSIONS = (1, 2, 3, 4, 5, STATE_VERSION)   # 3: recrawl lane, host signals, draw counter (decision 1110); 2: traps (0804)
+STATE_VERSION = 6               # 6: host budget; 5: soft-404 probe; 4: tdmrep.json;
+_READABLE_VERSIONS = (1, 2, 3, 4, 5, STATE_VERSION)   # 3: recrawl lane, host signals, draw counter; 2: traps
 PRIORITIES = 10                 # UrlEntry.priority 0 (highest) .. 9
 RECRAWL_TIERS = 10              # recrawl front queues live at queue index PRIORITIES + tier (decision 1111)
 LANES = PRIORITIES + RECRAWL_TIERS
@@ -108,9 +108,9 @@ class QueueItem:
     (QUEUE_ROW_VERSION). Rows written before versions start with the URL (version 1: seven to nine
     fields; 0 hops, no capture). `priority` is the queue index: 0-9 the discovery priorities,
     PRIORITIES + t the recrawl tier t. `written` is the URL in the query order its page wrote, when
-    sorting changed it (decision 1807); `sitemap`: the URL is a sitemap, fetched and read as one (1812);
+    sorting changed it (decision 1807); `sitemap`: the URL is a sitemap, fetched and read as one;
     `sitemap_for`: the host key of another host whose robots.txt listed the sitemap, which it then
-    speaks for too (decision 1816). The row's sitemap field is 1, or that host key when there is one.
+    speaks for too. The row's sitemap field is 1, or that host key when there is one.
     `canonical_of` is the page whose rel=canonical the entry was, as `coerce_entry`
     checked it: admission moves it into the URL record, it is never in the queue row."""
 
@@ -189,7 +189,7 @@ class UrlRecord:
     refetch then tells the host how accurate its lastmods are; decision 1812), and the priority and
     changefreq a sitemap gave the page (its recrawl value and prior; decision 1813), its hub yield
     (decision 1815), its in-link sketch (udfs.inlinks, decision 1819) and the pages that named it as
-    their rel=canonical while it waits for its fetch (at most MAX_CANONICAL_ALIASES, decision 1820), cut
+    their rel=canonical while it waits for its fetch (at most MAX_CANONICAL_ALIASES), cut
     after the last field that is set. A row without any of these is written in
     the version 1 layout: a URL never fetched keeps the short row."""
 
@@ -265,7 +265,7 @@ def _record_tail(tail: list[Any]) -> dict[str, Any]:
 # A canonical URL remembers at most this many of the pages that named it (rel=canonical judged a hint)
 # while it waits for its fetch, so that a broken answer revises their verdicts (decision 1820). The
 # first ones are kept: a page named later is left with its hint, which a consumer checks against the
-# canonical's own outcome as before (decision 1804). 4 URLs: a product page's colour and size variants.
+# canonical's own outcome (decision 1804). 4 URLs: a product page's colour and size variants.
 MAX_CANONICAL_ALIASES = 4
 
 
@@ -332,9 +332,9 @@ class HostState:
     seeded: bool = False            # a seed URL of the host was admitted (raises its importance)
     min_depth: int | None = None    # the smallest depth of a URL it admitted (None = none yet)
     inlinks: tuple[int, ...] = ()   # CRC-32s of other hosts seen linking in, at most MAX_INLINK_HOSTS (decision 1806)
-    domain: BudgetRow | None = None  # its share of its domain's budget (None: the census has not answered; 1811)
+    domain: BudgetRow | None = None  # its share of its domain's budget (None: the census has not answered)
     census_at: float = 0.0          # when the host last asked the domain census (0 = never; decision 1811)
-    lists_sitemap: bool = False     # its robots.txt lists a sitemap on the host (raises its importance; 1812)
+    lists_sitemap: bool = False     # its robots.txt lists a sitemap on the host (raises its importance)
     parse_strikes: int = 0          # its pages that ended at a hostile parse limit (decision 3702)
 
     @property
