@@ -36,12 +36,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from crawler.durable import fsync_path
 from consumers.corpus_takedowns import Removal, remove_taken_down
 from consumers.deadletter import CORPUS_DEAD_LETTER, DeadLetters
 from consumers.pages import DEFAULT_PAGE_LIMITS, INVALID_CONTROL, BadRecord, PageLimits, read_page
 from consumers.stream import Message, ReadLimits, consume_batches
-from crawler.audit import AuditLog
+from durable.audit_log import AuditLog
+from durable.files import fsync_path
 from udfs.control import Takedown, parse_control
 from udfs.control_state import ControlTable
 from udfs.minhash import DEFAULT_MINHASH_POLICY, LshIndex, MinHashPolicy, signature

@@ -19,7 +19,7 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from crawler.durable import fsync_path
+from durable.files import fsync_path
 from udfs.control import Takedown
 
 REMOVED_LOG: Final = "_removed.jsonl"

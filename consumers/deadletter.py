@@ -27,7 +27,7 @@ from typing import Any, Final
 
 from consumers.pages import BadRecord
 from consumers.stream import Message
-from crawler.durable import fsync_path
+from durable.files import fsync_path
 
 _LOG = logging.getLogger("consumers.deadletter")
 _LOG.addHandler(logging.NullHandler())

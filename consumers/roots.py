@@ -5,7 +5,7 @@ interface: list names under a folder, read, write whole and delete. Names are re
 with `/` separators (`crawl/2026-12-01/0/00000.warc.gz`). Local writes are atomic (temporary file,
 fsync, rename, folder fsync); S3 writes are one PutObject with the `[storage]` section's server-side
 encryption (udfs.storage.StoragePolicy.upload_args, as the WARC uploads). The S3 client is the WARC
-writer's (operators.object_store.make_client), so endpoint, credentials and retries are configured once.
+writer's (durable.object_store.make_client), so endpoint, credentials and retries are configured once.
 """
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from crawler.durable import fsync_path
-from operators.object_store import make_client
+from durable.files import fsync_path
+from durable.object_store import make_client
 from udfs.storage import S3Root, StoragePolicy, is_s3_root, parse_s3_root
 
 # DeleteObjects takes at most this many keys per request (S3 API limit).

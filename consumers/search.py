@@ -28,7 +28,7 @@ from typing import Any
 from consumers.deadletter import DeadLetters, index_dead_letter_path
 from consumers.pages import DEFAULT_PAGE_LIMITS, INVALID_CONTROL, BadRecord, PageLimits, read_page
 from consumers.stream import Message, ReadLimits, consume_batches
-from crawler.audit import AuditLog
+from durable.audit_log import AuditLog
 from udfs.control import Takedown, parse_control
 from udfs.control_state import ControlTable
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, ContractError

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler.durable import fsync_path
 from consumers.tombstones import parse_cdxj_line
+from durable.files import fsync_path
 
 _CHUNK = 1 << 16
 

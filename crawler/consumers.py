@@ -9,7 +9,7 @@
 The consumers run until stopped (Ctrl-C), or until `--max-records` messages or `--idle-timeout`
 seconds without one; each prints its counts as JSON when it ends. A record they cannot handle goes to
 a dead-letter file (`--dead-letter`; consumers/deadletter.py) and is counted as `dead_letter`. Every
-action on a takedown is appended to the audit log (crawler/audit.py). Docs: docs/consumers.md,
+action on a takedown is appended to the audit log (durable/audit_log.py). Docs: docs/consumers.md,
 docs/governance.md.
 """
 from __future__ import annotations
@@ -31,8 +31,9 @@ from consumers.tombstones import (Tombstone, apply_to_archive, counts_by_takedow
                                   save_tombstones)
 from consumers.warc_compact import compact_warc
 from crawler import kafka_io
-from crawler.audit import AuditLog, add_audit_options, audit_from_args
+from crawler.audit import add_audit_options, audit_from_args
 from crawler.stack import StackConfig
+from durable.audit_log import AuditLog
 from udfs.config import load_config
 from udfs.control import Takedown, parse_control
 from udfs.minhash import MinHashPolicy

@@ -1,5 +1,5 @@
 """Operator control without a deploy: `crawler seed | host | host-status | pause | resume |
-takedown | api`. Accepted takedowns are recorded in the audit log (crawler/audit.py).
+takedown | api`. Accepted takedowns are recorded in the audit log (durable/audit_log.py).
 
 Every command is validated by the contract in udfs/control.py before anything is written; a good one
 goes to Kafka (`crawl.control`, or `crawl.frontier` for seeds) through crawler/kafka_io.py, a bad one is
@@ -34,10 +34,10 @@ from aiohttp import hdrs, web
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from crawler import kafka_io
-from crawler.audit import (AUDIT_ENV, DEFAULT_AUDIT_PATH, AuditLog, add_audit_options, audit_from_args, check_actor,
-                           os_actor)
+from crawler.audit import add_audit_options, audit_from_args
 from crawler.crawl import read_seed_file
 from crawler.stack import StackConfig, api_token_dir, ensure_api_token
+from durable.audit_log import AUDIT_ENV, DEFAULT_AUDIT_PATH, AuditLog, check_actor, os_actor
 from udfs.control import (MAX_SEEDS, PATTERN_RULE, ControlCommand, HostView, SeedsRejected, Takedown,
                           fold_host_views, host_control, normalize_host, parse_control, pattern_cap_note, pause,
                           rejected_command, resume, seed_batches, takedown)
@@ -150,7 +150,7 @@ class ApiTokens:
 
     A file counts only when it is a regular file owned by this process's user (or root), readable and
     writable by no one else (0600 or stricter), in a folder nobody else may write to, named as an actor
-    (crawler/audit.py: check_actor; dot files are skipped) and holding one token of at least
+    (durable/audit_log.py: check_actor; dot files are skipped) and holding one token of at least
     MIN_TOKEN_LENGTH Bearer-token characters; the same token in two files counts for neither. Files
     that do not count are logged by name, never by content. Tokens are kept only as SHA-256 digests and
     a presented token is compared with each of them in constant time (hmac.compare_digest)."""

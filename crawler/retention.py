@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from consumers.roots import Root, open_root
-from crawler.audit import AuditLog, add_audit_options, audit_from_args
+from crawler.audit import add_audit_options, audit_from_args
+from durable.audit_log import AuditLog
 from udfs.config import load_config
 from udfs.retention import RetentionPolicy, expired_names, lifecycle_configuration
 from udfs.storage import is_s3_root, parse_s3_root

@@ -19,10 +19,10 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 
 from crawler import kafka_io, maven
-from crawler.audit import check_actor, os_actor
 from crawler.flink_cluster import DEFAULT_REST_PORT, HOME, FlinkCluster, build_home
 from crawler.kafka_broker import DEFAULT_FRONTIER_PARTITIONS, KafkaBroker, default_topics
 from crawler.paths import CACHE, JAVA
+from durable.audit_log import check_actor, os_actor
 
 DEFAULT_STATE_DIR = CACHE / "stack"
 API_TOKEN_DIR_NAME = "api-tokens"   # under the state folder: one token file per actor (crawler/control.py)

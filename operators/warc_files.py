@@ -27,8 +27,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import BinaryIO
 
-from crawler.durable import fsync_path
-from operators.object_store import ObjectStore, UploadError
+from durable.files import fsync_path
+from durable.object_store import ObjectStore, UploadError
 from operators.warc_repair import SEQ_NAME, index_span, owned_folders, repair_file
 from udfs.warc import WarcBuilder, WarcRecord, cdxj_line, indexed_by_default, member_record_id
 from udfs.warc_capture import Location

@@ -19,7 +19,7 @@ import zlib
 from pathlib import Path
 from typing import BinaryIO
 
-from crawler.durable import fsync_path
+from durable.files import fsync_path
 from udfs.warc import CT_WARC_FIELDS
 
 SEQ_NAME = re.compile(r"^(\d+)\.warc\.gz$")   # a file of a subtask folder; group 1: its sequence number

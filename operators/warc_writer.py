@@ -21,10 +21,10 @@ from pyflink.common import Types
 from pyflink.datastream.functions import KeyedCoProcessFunction, RuntimeContext
 from pyflink.datastream.state import ListStateDescriptor
 
+from durable.object_store import ObjectStore
 from operators.cpu import register_worker_cpu
 from operators.dedup import Probe, join_key, needs_dedup, unpaired_verdict
 from operators.heap import freeze_startup_heap, thaw_heap
-from operators.object_store import ObjectStore
 from operators.page_archiver import PageArchiver
 from operators.warc_files import WarcFiles, WarcFileSettings
 from udfs.dedup import DedupPolicy, DedupVerdict

@@ -25,7 +25,7 @@ def shared_dir():
 @pytest.fixture(autouse=True, scope="session")
 def audit_log_in_a_temporary_folder(tmp_path_factory: pytest.TempPathFactory):
     """Takedowns sent by tests are audited into the session's tmp folder, never the project's out/."""
-    from crawler.audit import AUDIT_ENV
+    from durable.audit_log import AUDIT_ENV
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(AUDIT_ENV, str(tmp_path_factory.mktemp("audit") / "audit.jsonl"))
         yield

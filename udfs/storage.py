@@ -1,7 +1,7 @@
 """Where WARC files are kept: the `[storage]` section for S3-compatible object storage, and the parsing
 of `s3://bucket/prefix` roots (docs/architecture.md §3: files on local disk by default, or S3 via boto3).
 
-Pure: the uploader that uses these values is `operators/object_store.py`.
+Pure: the uploader that uses these values is `durable/object_store.py`.
 """
 from __future__ import annotations
 

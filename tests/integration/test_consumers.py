@@ -28,13 +28,10 @@ from consumers.search import SearchIndex, run_indexer
 from consumers.stream import ReadLimits
 from consumers.tombstones import load_tombstones
 from crawler import kafka_io
-from crawler.audit import AUDIT_ENV, AuditLog, os_actor, read_audit
 from crawler.cli import main
-from operators.object_store import ObjectStore, make_client
-from udfs.page_facts import parse_result
+from durable.audit_log import AUDIT_ENV, AuditLog, os_actor, read_audit
+from durable.object_store import ObjectStore, make_client
 from operators.warc_files import WarcFiles, WarcFileSettings
-from udfs.page_events import parsed_page
-from udfs.warc_capture import Location, capture_records
 from tests.integration.test_warc_writer import T0 as WARC_T0
 from tests.integration.test_warc_writer import result as warc_result
 from tests.paths import WEBDATA
@@ -42,10 +39,13 @@ from udfs.control import takedown
 from udfs.fetch_status import fetch_result
 from udfs.minhash import estimated_jaccard, signature
 from udfs.optout import decide
+from udfs.page_events import parsed_page
+from udfs.page_facts import parse_result
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, FetchRequest, FetchStatus, encode
 from udfs.storage import StoragePolicy, parse_s3_root
 from udfs.urls import host_key, normalize_url, url_fp
 from udfs.warc import WarcBuilder
+from udfs.warc_capture import Location, capture_records
 
 pytestmark = pytest.mark.integration
 

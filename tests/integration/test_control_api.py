@@ -20,9 +20,9 @@ from aiohttp import web
 
 from crawler import kafka_io
 from crawler.cli import main as crawler_main
-from crawler.audit import AuditLog
 from crawler.control import MAX_BODY_BYTES, ApiTokens, ControlWriter, HostViews, make_app
 from crawler.stack import ensure_api_token
+from durable.audit_log import AuditLog
 from tests.integration.harness import free_port
 from udfs.control import parse_control
 from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_STATUS, decode_frontier_event, encode

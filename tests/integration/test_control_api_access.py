@@ -26,10 +26,10 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from crawler import kafka_io
-from crawler.audit import AuditLog, os_actor, read_audit
 from crawler.control import ControlWriter, HostViews
 from crawler.paths import ROOT
 from crawler.stack import ensure_api_token
+from durable.audit_log import AuditLog, os_actor, read_audit
 from tests.integration.harness import free_port
 from tests.integration.test_control_api import ApiServer, status_records, unique_host
 from udfs.control import host_control

@@ -26,12 +26,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from crawler import kafka_io
-from crawler.audit import os_actor
 from crawler.crawl import records_since
 from crawler.paths import ROOT
-from tests.integration.harness import free_port, start_crawl_job
+from durable.audit_log import os_actor
 from synthweb import SyntheticWebProcess, load_log
 from synthweb.audit import is_robots
+from tests.integration.harness import free_port, start_crawl_job
 from udfs.config import load_config
 from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_PAGES, TOPIC_STATUS
 

@@ -24,7 +24,7 @@ import pytest
 from crawler.flink_cluster import FlinkCluster
 from crawler.kafka_broker import KafkaBroker
 from crawler.ops import wait_running
-from operators.object_store import make_client
+from durable.object_store import make_client
 from tests.integration.harness import free_port, read_metrics
 from tests.integration.test_faults_warc import resolves_in_store
 from tests.integration.test_recovery import (WEB_POLICY, ClusterCrawl, _completed_checkpoints, cluster_settings,

@@ -23,11 +23,11 @@ from typing import Any, TypeVar
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from udfs.page_facts import ParsedBundle, parse_result
 from tests.integration.harness import (FolderFeed, collected, free_port, next_output, read_metrics, rest_get,
                                        thread_mode_env)
 from tests.integration.test_warc_writer import T0, result
 from tests.warc_validators import warcio_check
+from udfs.page_facts import ParsedBundle, parse_result
 from udfs.records import TOPIC_OUTCOMES, TOPIC_PAGES
 
 pytestmark = pytest.mark.integration
@@ -106,7 +106,7 @@ def resolves_locally(page: dict[str, Any]) -> str:
 
 def resolves_in_store(storage: Any, page: dict[str, Any]) -> str:
     """The target URI of the response record a pages.parsed record names in the object store (one gzip member)."""
-    from operators.object_store import make_client
+    from durable.object_store import make_client
 
     bucket, _, key = page["warc_path"].removeprefix("s3://").partition("/")
     end = page["warc_offset"] + page["warc_length"] - 1
@@ -238,7 +238,7 @@ def test_a_full_disk_publishes_the_captures_already_written_and_ends_the_rest_no
 
 def test_an_object_store_down_for_a_minute_is_waited_out_without_restart_deletion_or_loss(
         tmp_path: Path, s3_server: Any, s3_storage: Any) -> None:
-    from operators.object_store import make_client
+    from durable.object_store import make_client
     from operators.warc_writer import WarcWriterFunction
 
     bucket = f"outage-{uuid.uuid4().hex[:10]}"

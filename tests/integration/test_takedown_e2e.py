@@ -18,16 +18,16 @@ import pyarrow.dataset as ds
 import pytest
 
 from consumers.corpus import CorpusPolicy, run_corpus
+from consumers.roots import LocalRoot
 from consumers.search import run_indexer
 from consumers.stream import ReadLimits
 from consumers.tombstones import load_tombstones, parse_cdxj_line
-from consumers.roots import LocalRoot
 from crawler import kafka_io
-from crawler.audit import AuditLog, read_audit
 from crawler.cli import main
 from crawler.crawl import records_since
-from tests.integration.harness import loop_config, start_crawl_job, start_policy_web
+from durable.audit_log import AuditLog, read_audit
 from synthweb import WebPolicy, build_web, load_log
+from tests.integration.harness import loop_config, start_crawl_job, start_policy_web
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES
 from udfs.urls import host_key
 

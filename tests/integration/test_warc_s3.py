@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from operators.object_store import ObjectStore, UploadError, make_client
-from udfs.page_facts import ParsedBundle, parse_result
+from durable.object_store import ObjectStore, UploadError, make_client
 from operators.page_archiver import PageArchiver
 from operators.warc_files import WarcFiles, WarcFileSettings
-from udfs.held_capture import HeldCapture
-from udfs.page_events import Event
 from tests.integration.test_warc_writer import CASES, T0, settle_held
 from tests.warc_validators import warcio_check
+from udfs.held_capture import HeldCapture
+from udfs.page_events import Event
+from udfs.page_facts import ParsedBundle, parse_result
 from udfs.records import TOPIC_PAGES
 from udfs.storage import S3Root, StoragePolicy, parse_s3_root
 from udfs.warc import WarcBuilder

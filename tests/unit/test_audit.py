@@ -1,4 +1,4 @@
-"""The governance audit log (crawler/audit.py): line shape, actor rules, append-only durability, and the
+"""The governance audit log (durable/audit_log.py): line shape, actor rules, append-only durability, and the
 takedown CLI and API recording an accepted command (Kafka replaced by a fake writer: the audit is what is
 tested here; tests/integration/test_consumers.py runs the real broker)."""
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from crawler import control
-from crawler.audit import AUDIT_ENV, AuditLog, check_actor, default_audit_path, os_actor, read_audit
 from crawler.cli import main
 from crawler.stack import ensure_api_token
+from durable.audit_log import AUDIT_ENV, AuditLog, check_actor, default_audit_path, os_actor, read_audit
 
 T0 = 1_767_225_600.0   # 2026-01-01T00:00:00Z
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from crawler import stack
-from crawler.audit import os_actor
 from crawler.control import (ApiTokens, HostViewCache, bearer_token, browser_refusal, loopback_host,
                              merge_host_view)
 from crawler.stack import StackConfig, StackStatus, api_token_dir, ensure_api_token
+from durable.audit_log import os_actor
 from udfs.control import fold_host_views, host_control, pause, takedown
 
 STAMP = {"id": "0123456789ab4def8123456789abcdef", "issued_at": 1_700_000_000.0}

@@ -15,7 +15,7 @@ import pytest
 from consumers.corpus import PARQUET_SCHEMA, CorpusPolicy, CorpusWriter, Drop, crawl_date, screen
 from consumers.corpus_takedowns import REMOVED_LOG, part_files
 from consumers.stream import Message
-from crawler.audit import AuditLog, read_audit
+from durable.audit_log import AuditLog, read_audit
 from tests.paths import WEBDATA
 from udfs.control import pause, takedown
 from udfs.minhash import MinHashPolicy, estimated_jaccard, signature

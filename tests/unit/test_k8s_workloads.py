@@ -180,7 +180,7 @@ def test_control_api_listens_where_the_service_sends(parser, control):
 
 
 def test_cli_commands_run_in_the_control_pod_audit_to_the_apis_log(parser, control):
-    from crawler.audit import AUDIT_ENV
+    from durable.audit_log import AUDIT_ENV
 
     container = _main(control)
     args = parsed(parser, container["args"])

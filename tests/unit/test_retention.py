@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from crawler.audit import read_audit
 from crawler.cli import main
 from crawler.paths import ROOT
+from durable.audit_log import read_audit
 from udfs.config import ConfigError, load_config
 from udfs.retention import (RetentionPolicy, corpus_date, expired, expired_names, lifecycle_configuration,
                             warc_date)

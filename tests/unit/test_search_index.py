@@ -11,7 +11,7 @@ from consumers.deadletter import index_dead_letter_path
 from consumers.pages import read_page
 from consumers.search import SearchIndex, format_hits, fts5_available, hits_json
 from consumers.stream import Message
-from crawler.audit import AuditLog, read_audit
+from durable.audit_log import AuditLog, read_audit
 from udfs.control import takedown
 from udfs.records import TOPIC_CONTROL, TOPIC_PAGES, ContractError, encode
 from udfs.urls import url_fp

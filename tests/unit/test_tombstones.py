@@ -17,14 +17,14 @@ from consumers.roots import LocalRoot
 from consumers.tombstones import (TOMBSTONES, apply_to_archive, find_tombstones, load_tombstones,
                                   parse_cdxj_line)
 from consumers.warc_compact import compact_warc
-from crawler.audit import read_audit
 from crawler.cli import main
+from durable.audit_log import read_audit
 from operators.warc_files import WarcFiles, WarcFileSettings
-from udfs.warc_capture import capture_records
 from tests.integration.test_warc_writer import T0, result
 from tests.warc_validators import warcio_check
 from udfs.control import takedown
 from udfs.warc import WarcBuilder
+from udfs.warc_capture import capture_records
 
 URLS = ["http://site.test/", "http://site.test/secret", "http://site.test/secret/2", "http://other.test/x",
         "http://site.test/about"]
