@@ -770,7 +770,7 @@ def timed_records(bootstrap: str, topic: str, since_ms: int, slim: Callable[[dic
     whose value is a JSON object (poison is left out)."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-    from crawler import kafka_io
+    from bus import kafka_io
 
     partitions = kafka_io.list_topics(bootstrap).get(topic, 0)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"crawl-bench-{time.time_ns()}",
@@ -853,7 +853,7 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
     """Our crawler via the `crawler crawl` machinery on a private stack; the stack is stopped after.
     The hosts of `zones` are left out of the host map and answered by a DNS stub (`dns_zones`); with
     `spec.poison_at_s`, poison (synthweb/poison.py, aimed at `poison_host`) goes to the job's input topics."""
-    from crawler import kafka_io
+    from bus import kafka_io
     from crawler.crawl import (RunSpec, frontier_metrics, read_seed_file, seed_events, stop_with_savepoint,
                                submit, summarize)
     from crawler.stack import Stack, StackConfig

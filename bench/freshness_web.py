@@ -192,7 +192,7 @@ def measured_pages(web: Any) -> dict[tuple[str, str], PageTruth]:
 
 def run_one(spec: Spec, scheduler: str, stack: Any, progress: Any) -> dict[str, Any]:
     from bench.crawl_bench import WEB_ALLOW, WEB_DENY, _wait_first_request
-    from crawler import kafka_io
+    from bus import kafka_io
     from crawler.crawl import RunSpec, seed_events, submit
     from synthweb.generate import build_web
     from synthweb.model import policy_to_dict

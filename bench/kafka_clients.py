@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 
 from crawler.kafka_broker import KafkaBroker
-from crawler.kafka_io import TopicSpec, create_topics
+from bus.kafka_io import TopicSpec, create_topics
 
 
 def free_port() -> int:
@@ -28,7 +28,7 @@ def free_port() -> int:
 
 
 def import_seconds(module: str) -> float:
-    # In a fresh interpreter: this one has already imported confluent_kafka through crawler.kafka_io.
+    # In a fresh interpreter: this one has already imported confluent_kafka through bus.kafka_io.
     code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
     return float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                 check=True).stdout)

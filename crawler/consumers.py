@@ -30,7 +30,7 @@ from consumers.stream import DEFAULT_BATCH, ReadLimits
 from consumers.tombstones import (Tombstone, apply_to_archive, counts_by_takedown, load_tombstones, mark_compacted,
                                   save_tombstones)
 from consumers.warc_compact import compact_warc
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.audit import add_audit_options, audit_from_args
 from crawler.stack import StackConfig
 from durable.audit_log import AuditLog

@@ -2,7 +2,7 @@
 takedown | api`. Accepted takedowns are recorded in the audit log (durable/audit_log.py).
 
 Every command is validated by the contract in udfs/control.py before anything is written; a good one
-goes to Kafka (`crawl.control`, or `crawl.frontier` for seeds) through crawler/kafka_io.py, a bad one is
+goes to Kafka (`crawl.control`, or `crawl.frontier` for seeds) through bus/kafka_io.py, a bad one is
 refused with a message naming the field and recorded on `crawl.status` as a `rejected_command`
 (decision 1405). The HTTP API (`crawler api`, aiohttp) offers the same commands to holders of a token
 file (ApiTokens), for requests addressed to loopback that no web page sent, with JSON bodies only
@@ -33,7 +33,7 @@ from typing import Any
 from aiohttp import hdrs, web
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.audit import add_audit_options, audit_from_args
 from crawler.crawl import read_seed_file
 from crawler.stack import StackConfig, api_token_dir, ensure_api_token

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.paths import OUT, ROOT
 from crawler.stack import Stack, StackConfig
 from udfs.config import ConfigError, load_config

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from crawler import kafka_io, maven
+from bus import kafka_io
+from crawler import maven
 from crawler.daemon import Daemon
-from crawler.kafka_io import TopicSpec
+from bus.kafka_io import TopicSpec
 from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 
 # Pages and batches of outlinks can be large; the broker and the two big topics accept 16 MiB.

@@ -11,7 +11,7 @@ stores its own argv as a global job parameter (JOB_ARGS_KEY), so this works for 
 `restore` submits the job from a savepoint or retained checkpoint after it stopped or failed, with the
 arguments of the job that left it (read back from the cluster) or given as JSON (`--job-args`).
 All three refuse to start a job that would resume past records Kafka has deleted (a retention gap,
-crawler/retention_gap.py) unless told `--accept-retention-gap` (decision 3791).
+bus/retention_gap.py) unless told `--accept-retention-gap` (decision 3791).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from confluent_kafka import KafkaException
 
 from crawler.flink_cluster import DEFAULT_REST_PORT, FlinkCluster
 from crawler.paths import ROOT
-from crawler.retention_gap import RetentionGapError, RetentionReport, read_report, refuse_gap
+from bus.retention_gap import RetentionGapError, RetentionReport, read_report, refuse_gap
 from crawler.stack import DEFAULT_STATE_DIR
 from udfs.config import ConfigError, CrawlConfig, load_config
 from udfs.jobconfig import JOB_ARGS_KEY

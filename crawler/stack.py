@@ -18,7 +18,8 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from crawler import kafka_io, maven
+from bus import kafka_io
+from crawler import maven
 from crawler.flink_cluster import DEFAULT_REST_PORT, HOME, FlinkCluster, build_home
 from crawler.kafka_broker import DEFAULT_FRONTIER_PARTITIONS, KafkaBroker, default_topics
 from crawler.paths import CACHE, JAVA

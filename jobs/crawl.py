@@ -37,7 +37,7 @@ from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 from pyflink.table import DataTypes, Schema, StreamTableEnvironment, TableDescriptor
 from pyflink.table.expressions import col
 
-from crawler.retention_gap import commit_offsets, start_offsets
+from bus.retention_gap import commit_offsets, start_offsets
 from jobs import stages
 from operators.census import CENSUS_TAG, attach_census
 from operators.frontier import FRONTIER_EVENTS_TAG, FrontierFunction, attach_frontier, broadcast_controls

@@ -1,6 +1,6 @@
 """The job's own retention-gap check: at every start, one subtask compares where the job's Kafka
 sources resume with what the broker still keeps, counts the records lost and reports them
-(crawler/retention_gap.py explains the gap; decision 3791).
+(bus/retention_gap.py explains the gap; decision 3791).
 
 The check hangs off the `crawl.control` source (jobs/crawl.py `kafka_source`) as a branch that emits
 nothing: that source is the quietest, so the branch costs a Python call per operator command and none
@@ -20,7 +20,7 @@ from confluent_kafka import KafkaException
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.functions import FlatMapFunction, RuntimeContext
 
-from crawler.retention_gap import INPUT_TOPICS, read_report, report_status
+from bus.retention_gap import INPUT_TOPICS, read_report, report_status
 from operators.context import subtask_index
 
 _LOG = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:   # run as a file: the project's packages are besi
 
 from playwright.sync_api import Page, sync_playwright  # noqa: E402
 
-from crawler import kafka_io  # noqa: E402
+from bus import kafka_io  # noqa: E402
 from crawler.crawl import RunSpec, read_seed_file, seed_events, submit  # noqa: E402
 from crawler.ops import wait_running  # noqa: E402
 from crawler.stack import Stack, StackConfig, install  # noqa: E402

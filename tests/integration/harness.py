@@ -23,7 +23,7 @@ from pyflink.common import Configuration, Duration, WatermarkStrategy
 from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.crawl import records_since, seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source, python_worker_settings
 from synthweb import SyntheticWebProcess, WebPolicy

@@ -27,7 +27,7 @@ from consumers.roots import open_root
 from consumers.search import SearchIndex, run_indexer
 from consumers.stream import ReadLimits
 from consumers.tombstones import load_tombstones
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.cli import main
 from durable.audit_log import AUDIT_ENV, AuditLog, os_actor, read_audit
 from durable.object_store import ObjectStore, make_client

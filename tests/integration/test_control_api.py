@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.cli import main as crawler_main
 from crawler.control import MAX_BODY_BYTES, ApiTokens, ControlWriter, HostViews, make_app
 from crawler.stack import ensure_api_token

@@ -25,7 +25,7 @@ import pytest
 from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.control import ControlWriter, HostViews
 from crawler.paths import ROOT
 from crawler.stack import ensure_api_token

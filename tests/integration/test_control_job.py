@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.crawl import records_since
 from crawler.paths import ROOT
 from durable.audit_log import os_actor

@@ -27,9 +27,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from pyflink.common.job_status import JobStatus
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.crawl import records_since
-from tests.integration.harness import free_port, frontier_job, next_output, read_metrics, rest_get, start_crawl_job
 from synthweb import (Behaviour, Host, RobotsVariant, SyntheticWebProcess, WebPolicy, audit_politeness,
                       build_web, load_log)
 from synthweb.audit import ip_concurrency
@@ -39,6 +38,7 @@ from synthweb.model import DEFAULT_BEHAVIOURS, METADATA_IP, Web, policy_to_dict
 from synthweb.poison import MALFORMED_ENTRIES, STALE_LEASE_ENDS, poison_all
 from synthweb.reqlog import requests_only
 from synthweb.robots import RULE_HEAVY_HEAD
+from tests.integration.harness import free_port, frontier_job, next_output, read_metrics, rest_get, start_crawl_job
 from udfs.config import load_config
 from udfs.records import (TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, TOPIC_STATUS, ContractError,
                           decode_frontier_event, encode)

@@ -21,13 +21,13 @@ import yaml
 from pyflink.common import Configuration
 from pyflink.datastream import StreamExecutionEnvironment
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.crawl import seed_events
-from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
-from tests.integration.harness import free_port, read_metrics
 from crawler.paths import FLINK_CONF
+from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
 from synthweb import SyntheticWebProcess, build_web, load_log
 from synthweb.model import RobotsVariant, policy_from_dict
+from tests.integration.harness import free_port, read_metrics
 from udfs.config import load_config
 from udfs.fetch_stats import STATUS_CLASSES
 from udfs.frontier.admission import TRAP_METRICS

@@ -28,22 +28,22 @@ from urllib.parse import urlsplit
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.crawl import RunSpec, seed_events, submit
 from crawler.flink_cluster import FlinkCluster
 from crawler.kafka_broker import KafkaBroker
 from crawler.ops import job_overview, last_failure, wait_running
 from operators.warc_files import WarcFiles, WarcFileSettings
 from operators.warc_repair import owned_folders, repair_file
-from udfs.warc_capture import Location, capture_records
-from tests.integration.harness import free_port, frontier_counters
-from tests.integration.test_warc_writer import T0, result
 from synthweb import SyntheticWebProcess, Violation, audit_politeness, build_web, load_log
 from synthweb.model import policy_from_dict
+from tests.integration.harness import free_port, frontier_counters
+from tests.integration.test_warc_writer import T0, result
 from tests.warc_validators import warcio_check
 from udfs.config import load_config
 from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 from udfs.warc import WarcBuilder
+from udfs.warc_capture import Location, capture_records
 
 BUILDER = WarcBuilder()
 

@@ -24,11 +24,11 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.cli import main as crawler_main
 from crawler.kafka_broker import KafkaBroker
 from crawler.ops import UpgradeError, check_retention
-from crawler.retention_gap import INPUT_TOPICS, STATUS_KEY, group_consumer, read_report, watermark_offsets
+from bus.retention_gap import INPUT_TOPICS, STATUS_KEY, group_consumer, read_report, watermark_offsets
 from tests.integration.harness import free_port, read_metrics
 from udfs.config import load_config
 from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, TOPIC_STATUS

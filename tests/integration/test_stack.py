@@ -16,12 +16,12 @@ import pytest
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.cli import build_parser, main
 from crawler.daemon import Daemon
 from crawler.flink_cluster import FlinkCluster, flink_bin, render_conf
 from crawler.kafka_broker import MAX_MESSAGE_BYTES, KafkaBroker
-from crawler.kafka_io import TopicSpec
+from bus.kafka_io import TopicSpec
 from crawler.stack import DEFAULT_STATE_DIR, StackConfig
 from tests.integration.harness import free_port
 from udfs.records import ALL_TOPICS, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES

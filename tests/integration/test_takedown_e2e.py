@@ -22,7 +22,7 @@ from consumers.roots import LocalRoot
 from consumers.search import run_indexer
 from consumers.stream import ReadLimits
 from consumers.tombstones import load_tombstones, parse_cdxj_line
-from crawler import kafka_io
+from bus import kafka_io
 from crawler.cli import main
 from crawler.crawl import records_since
 from durable.audit_log import AuditLog, read_audit

@@ -1,4 +1,4 @@
-"""The retention-gap arithmetic, its report and record (crawler/retention_gap.py), and how `crawler upgrade`,
+"""The retention-gap arithmetic, its report and record (bus/retention_gap.py), and how `crawler upgrade`,
 `rescale` and `restore` read the job's arguments for it (crawler/ops.py). Against a real broker whose
 retention deletes records: tests/integration/test_retention_gap.py."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from crawler.cli import build_parser
 from crawler.ops import JOB_ARGS_KEY, UpgradeError, arg_value, restore_args
-from crawler.retention_gap import (INPUT_TOPICS, STATUS_KEY, PartitionOffsets, RetentionGapError, RetentionReport,
+from bus.retention_gap import (INPUT_TOPICS, STATUS_KEY, PartitionOffsets, RetentionGapError, RetentionReport,
                                    refuse_gap)
 from operators.retention_gap import METRICS, topic_metric
 

@@ -32,14 +32,14 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from crawler.kafka_io import produce
+from bus.kafka_io import produce
 from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_STATUS, encode
 
 # The topics the crawl job reads (jobs/crawl.py kafka_source), in the order reports list them.
 INPUT_TOPICS = (TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_CONTROL)
 # The key of the `crawl.status` record a gap leaves.
 STATUS_KEY = "retention_gap"
-# librdkafka's own log lines, routed as crawler.kafka_io routes them.
+# librdkafka's own log lines, routed as bus.kafka_io routes them.
 _KAFKA_LOG = logging.getLogger("crawler.kafka")
 
 
