@@ -30,6 +30,7 @@ from consumers.stream import DEFAULT_BATCH, ReadLimits
 from consumers.tombstones import (Tombstone, apply_to_archive, counts_by_takedown, load_tombstones, mark_compacted,
                                   save_tombstones)
 from consumers.warc_compact import compact_warc
+from consumers.warc_index import INDEX_NAME, write_index
 from bus import kafka_io
 from crawler.audit import add_audit_options, audit_from_args
 from crawler.stack import StackConfig
@@ -103,6 +104,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     apply.add_argument("--timeout", type=float, default=10.0,
                        help="seconds to read crawl.control (default %(default)s)")
     apply.set_defaults(func=_cmd_takedown_apply)
+
+    index = subparsers.add_parser("warc-index", parents=[archive],
+                                  help="merge every WARC file's index into one sorted CDXJ at the root, for replay")
+    index.add_argument("--name", default=INDEX_NAME, help="the index's name at the root (default %(default)s)")
+    index.set_defaults(func=_cmd_warc_index)
 
     compact = subparsers.add_parser("warc-compact", parents=[archive],
                                     help="rewrite local WARC files without their tombstoned captures")
@@ -207,6 +213,15 @@ def _cmd_takedown_apply(args: argparse.Namespace) -> int:
                      counts=done["counts"], warc_root=location)
     print(json.dumps({"takedowns": len(takedowns), "tombstoned": len(new), "by_takedown": by_takedown},
                      sort_keys=True))
+    return 0
+
+
+def _cmd_warc_index(args: argparse.Namespace) -> int:
+    location, root = _archive(args)
+    if "/" in args.name or not args.name.endswith(".cdxj"):
+        raise ValueError(f"--name {args.name!r}: a file name at the root ending in .cdxj")
+    counts = write_index(root, args.name)
+    print(json.dumps({"index": root.describe(args.name), **counts}, sort_keys=True))
     return 0
 
 

@@ -1,0 +1,55 @@
+"""`crawler warc-index`: every WARC file's index merged into one sorted CDXJ at the root, for replay
+tools; torn lines and tombstoned captures left out."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from consumers.roots import LocalRoot
+from consumers.tombstones import apply_to_archive, parse_cdxj_line
+from consumers.warc_index import INDEX_NAME, merged_index, write_index
+from crawler.cli import main
+from tests.unit.test_tombstones import URLS, ids, indexes, write_archive
+from udfs.control import takedown
+
+
+def test_the_merged_index_is_sorted_as_c_locale_sort_and_holds_every_capture_once(tmp_path):
+    write_archive(tmp_path)
+    parts = indexes(tmp_path)
+    assert len(parts) > 1   # the writer rolled: several files, each indexed in its own order
+    text, counts = merged_index(parts + parts[:1], set())   # a file listed twice adds nothing
+    lines = text.splitlines()
+    by_c_sort = subprocess.run(["sort", "-u"], input="".join(t for _, t in parts), capture_output=True, text=True,
+                               env={"LC_ALL": "C"}, check=True).stdout.splitlines()
+    assert lines == by_c_sort
+    assert sorted(parse_cdxj_line(line).url for line in lines) == sorted(URLS)
+    assert counts == {"files": len(parts) + 1, "lines": len(URLS), "tombstoned": 0, "torn": 0}
+
+
+def test_torn_lines_and_tombstoned_captures_are_left_out(tmp_path):
+    write_archive(tmp_path)
+    parts = indexes(tmp_path)
+    secret = next(parse_cdxj_line(line) for _, text in parts for line in text.splitlines()
+                  if parse_cdxj_line(line).url == "http://site.test/secret")
+    torn = [("torn.cdxj", 'com,site)/x 20260101000000 {"url": "http://site.te')]
+    text, counts = merged_index(parts + torn, {(secret.warc, secret.offset)})
+    assert "http://site.test/secret\"" not in text and counts["tombstoned"] == 1 and counts["torn"] == 1
+    assert counts["lines"] == len(URLS) - 1
+
+
+def test_the_command_writes_the_index_at_the_root_without_what_a_takedown_covers(tmp_path, capsys):
+    write_archive(tmp_path)
+    apply_to_archive(LocalRoot(tmp_path), [takedown("url", "http://site.test/secret", id=ids(1), issued_at=1.8e9)],
+                     now=1.8e9)
+    assert main(["warc-index", "--warc-root", str(tmp_path), "--audit-log", str(tmp_path / "audit.jsonl")]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["index"] == str(tmp_path / INDEX_NAME) and printed["tombstoned"] == 1
+    urls = [parse_cdxj_line(line).url for line in (tmp_path / INDEX_NAME).read_text().splitlines()]
+    assert "http://site.test/secret" not in urls and len(urls) == len(URLS) - 1
+    assert write_index(LocalRoot(tmp_path)) == {k: v for k, v in printed.items() if k != "index"}
+
+
+def test_a_name_outside_the_root_is_refused(tmp_path, capsys):
+    assert main(["warc-index", "--warc-root", str(tmp_path), "--name", "../x.cdxj"]) == 2
+    assert "--name" in capsys.readouterr().err
