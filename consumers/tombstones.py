@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Final
@@ -125,13 +125,17 @@ def save_tombstones(root: Root, tombstones: list[Tombstone]) -> None:
     root.write(TOMBSTONES, "".join(t.to_line() + "\n" for t in tombstones).encode("utf-8"))
 
 
+def read_indexes(root: Root) -> Iterator[tuple[str, str]]:
+    """(name, text) of every WARC file's CDXJ index under the root, in name order, read one at a time."""
+    return ((name, (root.read(name) or b"").decode("utf-8", "replace"))
+            for name in root.list(WARC_FOLDER) if name.endswith(".cdxj"))
+
+
 def apply_to_archive(root: Root, takedowns: list[Takedown], now: float) -> list[Tombstone]:
     """Tombstone every capture under `root` that `takedowns` cover and that is not listed yet; returns
     the new tombstones (already saved)."""
     existing = load_tombstones(root)
-    indexes = ((name, (root.read(name) or b"").decode("utf-8", "replace"))
-               for name in root.list(WARC_FOLDER) if name.endswith(".cdxj"))
-    new = find_tombstones(indexes, takedowns, {t.place for t in existing}, now)
+    new = find_tombstones(read_indexes(root), takedowns, {t.place for t in existing}, now)
     if new:
         save_tombstones(root, existing + new)
     return new

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from consumers.roots import Root
-from consumers.tombstones import WARC_FOLDER, load_tombstones, parse_cdxj_line
+from consumers.tombstones import load_tombstones, parse_cdxj_line, read_indexes
 
 INDEX_NAME: Final = "index.cdxj"
 
@@ -41,8 +41,6 @@ def merged_index(indexes: Iterable[tuple[str, str]], tombstoned: set[tuple[str, 
 def write_index(root: Root, name: str = INDEX_NAME) -> dict[str, int]:
     """Merge every file's index under the root into `name` at its top (replaced whole); the counts."""
     tombstoned = {t.place for t in load_tombstones(root)}
-    indexes = ((part, (root.read(part) or b"").decode("utf-8", "replace"))
-               for part in sorted(root.list(WARC_FOLDER)) if part.endswith(".cdxj"))
-    text, counts = merged_index(indexes, tombstoned)
+    text, counts = merged_index(read_indexes(root), tombstoned)
     root.write(name, text.encode("utf-8"))
     return counts
