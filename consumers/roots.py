@@ -2,7 +2,7 @@
 
 `open_root("out/warc", policy)` or `open_root("s3://bucket/prefix", policy)` gives the same small
 interface: list names under a folder, read, write whole and delete. Names are relative to the root
-with `/` separators (`crawl/2026-12-01/0/00000.warc.gz`). Local writes are atomic (temporary file,
+with `/` separators (`crawl/2026-12-01/0/crawl-20261201080000000-00000-tm1~0.warc.gz`). Local writes are atomic (temporary file,
 fsync, rename, folder fsync); S3 writes are one PutObject with the `[storage]` section's server-side
 encryption (udfs.storage.StoragePolicy.upload_args, as the WARC uploads). The S3 client is the WARC
 writer's (durable.object_store.make_client), so endpoint, credentials and retries are configured once.

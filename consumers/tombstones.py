@@ -2,9 +2,9 @@
 
 WARC files are append-only and cannot be edited in place, so a takedown is applied to the archive as
 a list: `tombstones.jsonl` at the WARC root, one line per taken-down capture, found through the CDXJ
-index beside each WARC file (`crawl/{date}/{subtask}/{seq}.cdxj`, decision 0503):
+index beside each WARC file (`crawl/{date}/{subtask}/{name}.cdxj`, decision 0503):
 
-    {"v": 1, "url", "warc": "crawl/.../00000.warc.gz", "offset", "length", "captured_at": "YYYYMMDDhhmmss",
+    {"v": 1, "url", "warc": "crawl/.../{name}.warc.gz", "offset", "length", "captured_at": "YYYYMMDDhhmmss",
      "takedown_id", "scope", "value", "tombstoned_at": ISO-8601 UTC, "compacted": false}
 
 Replay and export tools must skip a capture listed here; `crawler warc-compact` later removes the records

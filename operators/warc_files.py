@@ -1,10 +1,10 @@
 """The WARC files of one writer subtask: opening, appending, syncing, rolling and uploading them.
 
-Records go to `crawl/{date}/{subtask}/{seq}.warc.gz` under the WARC root, their CDXJ lines beside them
-in `{seq}.cdxj`, and are fsynced: at once, or with group commit once for the captures of an interval
+Records go to `crawl/{date}/{subtask}/{name}.warc.gz` under the WARC root (`udfs.warc_names`: the crawl,
+the moment, the folder's serial number, the machine), their CDXJ lines beside them in `{name}.cdxj`, and are fsynced: at once, or with group commit once for the captures of an interval
 (decision 1832). A file rolls at a size, age or date limit; a restarted writer never appends to an
 existing file, it repairs the files a dead writer left (`operators.warc_repair`) and starts the next
-sequence number. A capture that cannot be written (disk full) raises `CaptureNotWritten` and leaves
+serial number. A capture that cannot be written (disk full) raises `CaptureNotWritten` and leaves
 nothing behind; one that will never be durable is reported LOST (decision 3781).
 
 With an object store (an `s3://bucket/prefix` root, decision 0504) files are written to the staging
@@ -29,9 +29,10 @@ from typing import BinaryIO
 
 from durable.files import fsync_path
 from durable.object_store import ObjectStore, UploadError
-from operators.warc_repair import SEQ_NAME, index_span, owned_folders, repair_file
+from operators.warc_repair import index_span, owned_folders, repair_file
 from udfs.warc import WarcBuilder, WarcRecord, cdxj_line, indexed_by_default, member_record_id
 from udfs.warc_capture import Location
+from udfs.warc_names import index_name, warc_file_name, warc_file_serial
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,9 +77,10 @@ class _FileState:
 
 
 class WarcFiles:
-    """Appends gzip members to rolling files `crawl/{date}/{subtask}/{seq}.warc.gz` under `root`.
+    """Appends gzip members to rolling files `crawl/{date}/{subtask}/{name}.warc.gz` under `root`, named
+    by `udfs.warc_names` from `prefix` (the crawl's name), the moment, the serial and `hostname`.
 
-    Beside each file, `{seq}.cdxj` indexes its records in file order (decision 0503 lines, `filename`
+    Beside each file, `{name}.cdxj` indexes its records in file order (decision 0503 lines, `filename`
     relative to `root`); it is synced with the WARC file. Sort the lines when merging indexes.
     A capture's records and index lines go to the OS in one write each, unbuffered: a write that fails
     (disk full) is cut back off both files and raises `CaptureNotWritten`; the file stays usable.
@@ -95,8 +97,9 @@ class WarcFiles:
 
     def __init__(self, root: str, subtask: int, builder: WarcBuilder, settings: WarcFileSettings = WarcFileSettings(),
                  clock: Callable[[], float] = time.time, crawl_fields: tuple[tuple[str, str], ...] = (),
-                 store: ObjectStore | None = None) -> None:
+                 store: ObjectStore | None = None, prefix: str = "crawl", hostname: str = "localhost") -> None:
         self._root = root
+        self._prefix, self._hostname = prefix, hostname
         self._store = store
         self._subtask = subtask
         self._builder = builder
@@ -117,7 +120,7 @@ class WarcFiles:
         self._known: OrderedDict[str, _FileState] = OrderedDict()
         self._checked: OrderedDict[str, frozenset[tuple[int, int]]] = OrderedDict()   # other runs' files, checked
         self._backlog: list[tuple[str, bool]] = []   # staged files to upload: (relative path, left by a crash)
-        self._next_seq: dict[str, int] = {}          # with a store: the next sequence number per folder
+        self._next_serial: dict[str, int] = {}          # with a store: the next serial number per folder
         self._failures_in_row = 0
         self._retry_at = 0.0
         self.syncs = 0             # how many times the files were synced
@@ -310,7 +313,7 @@ class WarcFiles:
         the run that wrote it may have been killed before its sync) once per file."""
         spans = self._checked.get(path)
         if spans is None:
-            index = path[:-len(".warc.gz")] + ".cdxj"
+            index = index_name(path)
             raw = Path(index).read_bytes()
             spans = frozenset(span for line in raw.split(b"\n")[:-1] if (span := index_span(line)) is not None)
             fsync_path(path)
@@ -350,10 +353,11 @@ class WarcFiles:
         folder = Path(self._root) / relative_folder
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            name = f"{self._take_seq(folder, relative_folder):05d}.warc.gz"
+            name = warc_file_name(self._prefix, now, self._take_serial(folder, relative_folder), self._hostname,
+                                  self._subtask)
             # "x": never append to (or overwrite) a file an earlier run may have left half-written.
             self._file = open(folder / name, "xb", buffering=0)
-            self._index = open(folder / name.replace(".warc.gz", ".cdxj"), "xb", buffering=0)
+            self._index = open(folder / index_name(name), "xb", buffering=0)
         except (OSError, UploadError) as exc:
             self._close_handles()
             raise CaptureNotWritten(f"no new WARC file in {folder}: {exc}") from exc
@@ -369,7 +373,7 @@ class WarcFiles:
         except OSError as exc:
             self._close_handles()
             (folder / name).unlink(missing_ok=True)
-            (folder / name.replace(".warc.gz", ".cdxj")).unlink(missing_ok=True)
+            (folder / index_name(name)).unlink(missing_ok=True)
             raise CaptureNotWritten(f"no new WARC file in {folder}: {exc}") from exc
         self._warcinfo_id = info.record_id
         self._size = self._file.tell()
@@ -380,12 +384,12 @@ class WarcFiles:
         if self._file is None:
             raise CaptureNotWritten(f"{self._path}: its first sync failed")
 
-    def _take_seq(self, folder: Path, relative_folder: str) -> int:
-        """The next file's sequence number: one past every name staged or stored in the folder."""
-        taken = [int(m.group(1)) for m in map(SEQ_NAME.match, os.listdir(folder)) if m]
+    def _take_serial(self, folder: Path, relative_folder: str) -> int:
+        """The next file's serial number: one past every file staged or stored in the folder."""
+        taken = [serial for name in os.listdir(folder) if (serial := warc_file_serial(name)) is not None]
         if self._store is None:
             return max(taken, default=-1) + 1
-        if relative_folder not in self._next_seq:
+        if relative_folder not in self._next_serial:
             # Staged files are deleted once uploaded: the store knows the numbers already used. This
             # writer alone writes the folder, so one LIST per folder and run is enough.
             if self._failures_in_row and self._clock() < self._retry_at:
@@ -395,17 +399,17 @@ class WarcFiles:
             except UploadError:
                 self._failed_try()
                 raise
-            taken += [int(m.group(1)) for m in map(SEQ_NAME.match, names) if m]
-            self._next_seq[relative_folder] = max(taken, default=-1) + 1
-        seq = max(self._next_seq[relative_folder], max(taken, default=-1) + 1)
-        self._next_seq[relative_folder] = seq + 1
-        return seq
+            taken += [serial for name in names if (serial := warc_file_serial(name)) is not None]
+            self._next_serial[relative_folder] = max(taken, default=-1) + 1
+        serial = max(self._next_serial[relative_folder], max(taken, default=-1) + 1)
+        self._next_serial[relative_folder] = serial + 1
+        return serial
 
     def _upload(self, relative: str, recovered: bool, retry: bool) -> None:
         assert self._store is not None
         warc = Path(self._root) / relative
-        index = warc.with_name(warc.name.replace(".warc.gz", ".cdxj"))
-        index_relative = relative.replace(".warc.gz", ".cdxj")
+        index = warc.with_name(index_name(warc.name))
+        index_relative = index_name(relative)
         if recovered and self._store.size(relative, retry) is not None:
             # A crash fell after the WARC file was stored: only its index may be missing.
             if index.is_file() and self._store.size(index_relative, retry) is None:

@@ -14,15 +14,13 @@ import dataclasses
 import itertools
 import json
 import os
-import re
 import zlib
 from pathlib import Path
 from typing import BinaryIO
 
 from durable.files import fsync_path
 from udfs.warc import CT_WARC_FIELDS
-
-SEQ_NAME = re.compile(r"^(\d+)\.warc\.gz$")   # a file of a subtask folder; group 1: its sequence number
+from udfs.warc_names import index_name, warc_file_serial
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,11 +54,12 @@ def repair_file(folder: Path) -> Repair | None:
     up to the first torn member or the first indexed record without an index line. Lines of the
     index past the cut (or torn) go too. A file left with no whole record is deleted with its index.
     """
-    files = sorted((int(m.group(1)), folder / m.group(0)) for m in map(SEQ_NAME.match, os.listdir(folder)) if m)
+    files = sorted((serial, folder / name) for name in os.listdir(folder)
+                   if (serial := warc_file_serial(name)) is not None)
     if not files:
         return None
     warc = files[-1][1]
-    index = warc.with_name(warc.name.replace(".warc.gz", ".cdxj"))
+    index = warc.with_name(index_name(warc.name))
     raw_index = index.read_bytes() if index.is_file() else b""
     size = warc.stat().st_size
     with warc.open("rb") as handle:

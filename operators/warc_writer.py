@@ -78,14 +78,15 @@ class WarcWriterFunction(KeyedCoProcessFunction):
 
     def open(self, runtime_context: RuntimeContext) -> None:
         subtask = runtime_context.get_index_of_this_subtask()
-        crawl_fields = crawl_warcinfo_fields(self._warc_policy, self._user_agent, socket.gethostname())
+        hostname = socket.gethostname()
+        named = dict(crawl_fields=crawl_warcinfo_fields(self._warc_policy, self._user_agent, hostname),
+                     prefix=self._warc_policy.is_part_of, hostname=hostname)
         if is_s3_root(self._root):
             staged = WarcFileSettings(self._storage.max_file_bytes, self._storage.max_file_age_s, fsync=False)
             files = WarcFiles(self._storage.staging_dir, subtask, self._builder, staged,
-                              crawl_fields=crawl_fields,
-                              store=ObjectStore(self._storage, parse_s3_root(self._root)))
+                              store=ObjectStore(self._storage, parse_s3_root(self._root)), **named)
         else:
-            files = WarcFiles(self._root, subtask, self._builder, self._settings, crawl_fields=crawl_fields)
+            files = WarcFiles(self._root, subtask, self._builder, self._settings, **named)
         recovered = files.recover(runtime_context.get_number_of_parallel_subtasks())
         for line in recovered:
             logging.getLogger(__name__).warning("warc writer %d recovered %s", subtask, line)

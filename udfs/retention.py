@@ -2,7 +2,7 @@
 
 What is deleted, by its crawl date (the date in its path, not a file time, so the answer is the same on
 disk and in S3 and after a copy):
-- WARC files and their CDXJ indexes: `crawl/{YYYY-MM-DD}/{subtask}/{seq}.warc.gz|.cdxj` under the WARC root;
+- WARC files and their CDXJ indexes: `crawl/{YYYY-MM-DD}/{subtask}/{name}.warc.gz|.cdxj` under the WARC root;
 - corpus partitions: `crawl_date={YYYY-MM-DD}/...` under the corpus folder (hive partitioning).
 A path of date D expires once `now` is at least `max_age_days` whole days after the end of day D (UTC),
 i.e. when its newest content is older than the limit. 0 keeps data forever.

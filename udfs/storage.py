@@ -25,7 +25,7 @@ class S3Root:
     prefix: str
 
     def key(self, relative: str) -> str:
-        """The object key of `relative` (e.g. `crawl/2026-11-30/0/00000.warc.gz`) under the prefix."""
+        """The object key of `relative` (e.g. `crawl/2026-11-30/0/crawl-20261130120000000-00000-tm1~0.warc.gz`) under the prefix."""
         return f"{self.prefix}/{relative}" if self.prefix else relative
 
     def url(self, relative: str) -> str:

@@ -44,6 +44,7 @@ from udfs.config import load_config
 from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES
 from udfs.warc import WarcBuilder
 from udfs.warc_capture import Location, capture_records
+from udfs.warc_names import index_name, warc_file_serial
 
 BUILDER = WarcBuilder()
 
@@ -134,6 +135,23 @@ def test_a_file_without_one_whole_record_is_deleted_with_its_index(tmp_path: Pat
     (_folder(tmp_path) / "00000.cdxj").write_text("")
     assert repair_file(_folder(tmp_path)) is not None
     assert list(_folder(tmp_path).iterdir()) == []
+
+
+def test_files_an_earlier_release_named_by_serial_alone_are_repaired_and_numbered_past(tmp_path: Path) -> None:
+    files, _ = _write(tmp_path, 1)
+    files.close()
+    (current,) = _folder(tmp_path).glob("*.warc.gz")
+    for serial in (0, 3):   # the names before files carried the crawl, the moment and the writer
+        current.with_name(f"{serial:05d}.warc.gz").write_bytes(current.read_bytes())
+        current.with_name(f"{serial:05d}.cdxj").write_bytes(current.with_name(index_name(current.name)).read_bytes())
+    current.unlink()
+    current.with_name(index_name(current.name)).unlink()
+    old_last = _folder(tmp_path) / "00003.warc.gz"
+    old_last.write_bytes(old_last.read_bytes() + b"\x1f\x8b torn")
+    assert repair_file(_folder(tmp_path)) is not None and warcio_check(old_last).ok
+    files, locations = _write(tmp_path, 1)
+    assert warc_file_serial(Path(locations[0].path).name) == 4
+    files.close()
 
 
 def test_only_the_last_file_of_a_folder_is_read(tmp_path: Path) -> None:

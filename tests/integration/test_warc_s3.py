@@ -25,6 +25,7 @@ from udfs.page_facts import ParsedBundle, parse_result
 from udfs.records import TOPIC_PAGES
 from udfs.storage import S3Root, StoragePolicy, parse_s3_root
 from udfs.warc import WarcBuilder
+from udfs.warc_names import index_name, warc_file_name, warc_file_serial
 
 ARCHIVED = [name for name, r in CASES.items() if r["http_status"] is not None and name != "image"]
 
@@ -104,7 +105,7 @@ def test_events_of_archived_captures_wait_for_the_upload_and_others_do_not(polic
     assert sorted(completed_urls(later)) == sorted([CASES[n]["url"] for n in ARCHIVED] + [CASES["dns"]["url"]])
     assert sorted(page["url"] for page in pages(later)) == sorted(CASES[n]["url"] for n in ("page", "gzip-truncated"))
     assert {page["warc_path"] for page in pages(later)} == {
-        f"s3://{root.bucket}/archive/run1/crawl/2026-11-29/2/00000.warc.gz"}
+        f"s3://{root.bucket}/archive/run1/crawl/2026-11-29/2/{warc_file_name('crawl', T0, 0, 'localhost', 2)}"}
 
 
 def test_published_location_is_the_response_record_in_the_store(policy, root, tmp_path) -> None:
@@ -124,10 +125,11 @@ def test_size_limit_uploads_at_once_and_each_file_and_index_is_uploaded_then_uns
     listed = make_client(policy).list_objects_v2(Bucket=root.bucket)["Contents"]
     keys = sorted(item["Key"] for item in listed)
     folder = "archive/run1/crawl/2026-11-29/2"
-    assert keys == sorted(f"{folder}/{n:05d}.{ext}" for n in range(len(ARCHIVED)) for ext in ("cdxj", "warc.gz"))
+    warcs = [warc_file_name("crawl", T0 + n, n, "localhost", 2) for n in range(len(ARCHIVED))]
+    assert keys == sorted(f"{folder}/{name}" for warc in warcs for name in (warc, index_name(warc)))
     assert not list(tmp_path.rglob("*.warc.gz")) and not list(tmp_path.rglob("*.cdxj"))
-    index = get_whole(policy, f"s3://{root.bucket}/{folder}/00000.cdxj").decode()
-    assert f'"filename": "crawl/2026-11-29/2/00000.warc.gz"' in index.replace('":"', '": "')
+    index = get_whole(policy, f"s3://{root.bucket}/{folder}/{index_name(warcs[0])}").decode()
+    assert f'"filename": "crawl/2026-11-29/2/{warcs[0]}"' in index.replace('":"', '": "')
 
 
 def test_uploaded_files_pass_warcio_check(policy, root, tmp_path) -> None:
@@ -135,7 +137,8 @@ def test_uploaded_files_pass_warcio_check(policy, root, tmp_path) -> None:
     for i, name in enumerate(CASES):
         archive.feed(parse_result(CASES[name]), at=T0 + i)
     archive.archiver.close()
-    data = get_whole(policy, f"s3://{root.bucket}/archive/run1/crawl/2026-11-29/2/00000.warc.gz")
+    name = warc_file_name("crawl", T0, 0, "localhost", 2)
+    data = get_whole(policy, f"s3://{root.bucket}/archive/run1/crawl/2026-11-29/2/{name}")
     copy = tmp_path / "copy.warc.gz"
     copy.write_bytes(data)
     verdict = warcio_check(copy)
@@ -147,7 +150,8 @@ def test_a_new_writer_with_empty_staging_continues_the_store_sequence(policy, ro
     (page,) = pages(first.feed(parse_result(CASES["page"])))
     second = Archive(policy, root, tmp_path / "b", max_file_bytes=1)
     (again,) = pages(second.feed(parse_result(CASES["page"])))
-    assert page["warc_path"].endswith("/00000.warc.gz") and again["warc_path"].endswith("/00001.warc.gz")
+    assert warc_file_serial(page["warc_path"].rsplit("/", 1)[1]) == 0
+    assert warc_file_serial(again["warc_path"].rsplit("/", 1)[1]) == 1
 
 
 def test_a_failed_upload_keeps_the_file_staged_backs_off_and_releases_once_stored(policy, root, tmp_path) -> None:
@@ -179,9 +183,9 @@ def test_staged_files_of_a_crashed_run_are_uploaded_never_deleted_and_their_held
     rows = [held.to_row() for held in crashed.held]   # in the checkpoint; the run dies with its file open
     # A second staged file whose WARC object reached the store but not its index (the crash fell between).
     (first,) = tmp_path.rglob("*.warc.gz")
-    cut = first.with_name("00001.warc.gz")
+    cut = first.with_name(warc_file_name("crawl", T0 + 1, 1, "localhost", 2))
     cut.write_bytes(first.read_bytes())
-    cut.with_name("00001.cdxj").write_bytes(first.with_name("00000.cdxj").read_bytes())
+    cut.with_name(index_name(cut.name)).write_bytes(first.with_name(index_name(first.name)).read_bytes())
     relative = cut.relative_to(tmp_path).as_posix()
     crashed.store.upload(cut, relative)
 
@@ -193,7 +197,7 @@ def test_staged_files_of_a_crashed_run_are_uploaded_never_deleted_and_their_held
     assert sorted(completed_urls(released)) == sorted(CASES[n]["url"] for n in ("page", "gzip-truncated", "dns"))
     assert not list(tmp_path.rglob("*.warc.gz")) and not list(tmp_path.rglob("*.cdxj"))
     stored = {item["Key"].rsplit("/", 1)[1] for item in make_client(policy).list_objects_v2(Bucket=root.bucket)["Contents"]}
-    assert {"00000.warc.gz", "00000.cdxj", "00001.warc.gz", "00001.cdxj"} <= stored
+    assert {first.name, index_name(first.name), cut.name, index_name(cut.name)} <= stored
     for page in pages(released):
         member = get_range(policy, page["warc_path"], page["warc_offset"], page["warc_length"])
         record = next(iter(ArchiveIterator(io.BytesIO(gzip.decompress(member)))))

@@ -26,6 +26,7 @@ from udfs.recent import DiscoveryPolicy, RecentUrls
 from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, FetchRequest, FetchResult, FetchStatus
 from udfs.urls import url_fp
 from udfs.warc import WarcBuilder
+from udfs.warc_names import index_name, warc_file_name, warc_file_serial
 
 PAGE = (b"<html><head><title>Home</title></head><body><p>Some words about the site and more words.</p>"
         b"<a href='/about'>about</a> <a href='http://other.test/x'>other</a>"
@@ -95,9 +96,20 @@ def read_record_at(where: Location):
     return next(iter(ArchiveIterator(io.BytesIO(raw))))
 
 
-def test_files_are_laid_out_by_date_subtask_and_sequence(archive) -> None:
+def test_files_are_laid_out_by_date_and_subtask_and_named_by_crawl_moment_serial_and_writer(archive) -> None:
     root, _ = archive
-    assert sorted(str(p.relative_to(root)) for p in root.rglob("*.warc.gz")) == ["crawl/2026-11-29/3/00000.warc.gz"]
+    name = "crawl-20261129120000000-00000-localhost~3.warc.gz"
+    assert warc_file_name("crawl", T0, 0, "localhost", 3) == name
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*.warc.gz")) == [f"crawl/2026-11-29/3/{name}"]
+    assert sorted(str(p.relative_to(root)) for p in root.rglob("*.cdxj")) == [f"crawl/2026-11-29/3/{index_name(name)}"]
+
+
+def test_each_file_names_itself_in_its_warcinfo(archive) -> None:
+    root, _ = archive
+    for path in root.rglob("*.warc.gz"):
+        with path.open("rb") as handle:
+            info = next(iter(ArchiveIterator(handle)))
+        assert info.rec_type == "warcinfo" and info.rec_headers.get_header("WARC-Filename") == path.name
 
 
 def test_written_files_pass_the_validators(archive) -> None:
@@ -247,8 +259,11 @@ def test_files_roll_at_the_age_limit_and_at_midnight(tmp_path: Path) -> None:
         paths.append(files.append(lambda info: capture_records(WarcBuilder(), CASES["page"], info))[0].path)
     files.close()
     names = [str(Path(p).relative_to(tmp_path)) for p in paths]
-    assert names == ["crawl/2026-11-29/0/00000.warc.gz", "crawl/2026-11-29/0/00000.warc.gz",
-                     "crawl/2026-11-29/0/00001.warc.gz", "crawl/2026-11-30/0/00000.warc.gz"]
+    first, second, next_day = (warc_file_name("crawl", T0, 0, "localhost", 0),
+                               warc_file_name("crawl", T0 + 61, 1, "localhost", 0),
+                               warc_file_name("crawl", T0 + 86_400, 0, "localhost", 0))
+    assert names == [f"crawl/2026-11-29/0/{first}", f"crawl/2026-11-29/0/{first}",
+                     f"crawl/2026-11-29/0/{second}", f"crawl/2026-11-30/0/{next_day}"]
 
 
 def test_a_restarted_writer_starts_a_new_file_and_never_appends(tmp_path: Path) -> None:
@@ -256,7 +271,8 @@ def test_a_restarted_writer_starts_a_new_file_and_never_appends(tmp_path: Path) 
     before = Path(first[0][1].path).read_bytes()
     _, second = write_all(tmp_path, [parse_result(CASES["page"])])
     assert Path(first[0][1].path).read_bytes() == before
-    assert Path(second[0][1].path).name == "00001.warc.gz"
+    assert warc_file_serial(Path(first[0][1].path).name) == 0
+    assert warc_file_serial(Path(second[0][1].path).name) == 1
     assert read_record_at(second[0][1]).rec_type == "response"
 
 

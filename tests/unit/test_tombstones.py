@@ -25,6 +25,7 @@ from tests.warc_validators import warcio_check
 from udfs.control import takedown
 from udfs.warc import WarcBuilder
 from udfs.warc_capture import capture_records
+from udfs.warc_names import index_name
 
 URLS = ["http://site.test/", "http://site.test/secret", "http://site.test/secret/2", "http://other.test/x",
         "http://site.test/about"]
@@ -114,7 +115,7 @@ def test_a_line_that_is_not_a_cdxj_entry_is_skipped(line):
 
 def test_compaction_drops_every_record_of_the_urls_and_keeps_the_rest_verifiable(tmp_path):
     [warc] = write_archive(tmp_path, ["http://site.test/", "http://site.test/secret"])
-    index = warc.with_name("00000.cdxj")
+    index = warc.with_name(index_name(warc.name))
     before = records(warc)
     compaction = compact_warc(warc, index, {"http://site.test/secret"})
     after = records(warc)
@@ -133,13 +134,13 @@ def test_compaction_drops_every_record_of_the_urls_and_keeps_the_rest_verifiable
 
 def test_an_interrupted_compaction_is_rolled_forward(tmp_path):
     [warc] = write_archive(tmp_path, ["http://site.test/", "http://site.test/secret"])
-    index = warc.with_name("00000.cdxj")
+    index = warc.with_name(index_name(warc.name))
     compact_warc(warc, index, {"http://site.test/secret"})
     good_index = index.read_text()
     # as if the process died after renaming the WARC file and before renaming the index
     stale = good_index.replace('"offset": "', '"offset": "9', 1)
     index.write_text(stale)
-    index.with_name(".00000.cdxj.compact.tmp").write_text(good_index)
+    index.with_name(f".{index.name}.compact.tmp").write_text(good_index)
     compact_warc(warc, index, {"http://site.test/secret"})
     assert index.read_text() == good_index and warcio_check(warc).ok
 
