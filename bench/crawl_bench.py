@@ -11,7 +11,8 @@
 3. starts another fresh web server on the same web and runs Scrapy (`bench/scrapy_crawl.py`) for the
    same time in a subprocess;
 4. audits both request logs for politeness and prints the figures; `--write` also replaces the
-   section between the markers in BENCHMARKS.md and puts the plots under docs/img/.
+   headline table between the markers in BENCHMARKS.md, every figure of the run between the markers
+   in docs/perf/crawl-bench.md, and puts the plots under docs/img/.
 
 The measured window of each crawler starts `warm-up` seconds after its first request reached the
 web server and ends `--seconds` after that first request (docs/decisions/1501-crawl-bench-window.md).
@@ -46,8 +47,10 @@ from udfs.soft404 import PROBE_PATH
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "BENCHMARKS.md"
+DETAIL = ROOT / "docs" / "perf" / "crawl-bench.md"
 IMG_DIR = ROOT / "docs" / "img"
-BEGIN, END = "<!-- bench-crawl:begin -->", "<!-- bench-crawl:end -->"
+BEGIN, END = "<!-- bench-crawl:begin -->", "<!-- bench-crawl:end -->"   # BENCHMARKS.md: the headline table
+DETAIL_BEGIN, DETAIL_END = "<!-- bench-crawl-detail:begin -->", "<!-- bench-crawl-detail:end -->"   # DETAIL
 BENCH_STATE = CACHE / "bench-stack"
 WEB_ALLOW, WEB_DENY = ["127.0.0.0/8"], ["127.255.0.0/16"]  # the web is loopback; one range stays denied
 # Per-host files fetched before pages (robots.txt, its redirect target, TDMRep's tdmrep.json): not pages.
@@ -430,13 +433,62 @@ def _share(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
-def render_markdown(result: Mapping[str, Any]) -> str:
-    """The BENCHMARKS.md section (between the markers) for one result (as written to result.json)."""
+Row = tuple[str, Callable[[Mapping[str, Any]], str]]
+
+
+def _side_by_side(result: Mapping[str, Any], rows: Sequence[Row]) -> list[str]:
+    """A table with one column per crawler of the result and one line per (title, cell) row."""
     crawlers: Mapping[str, Mapping[str, Any]] = result["crawlers"]
     names = [n for n in (OURS, SCRAPY) if n in crawlers]
     label = {OURS: "ours (Flink job)", SCRAPY: f"Scrapy {result.get('scrapy_version', '')}".strip()}
+    return (["| | " + " | ".join(label[n] for n in names) + " |", "|---|" + "---|" * len(names)]
+            + [f"| {title} | " + " | ".join(cell(crawlers[n]) for n in names) + " |" for title, cell in rows])
+
+
+def _ratio(result: Mapping[str, Any]) -> list[str]:
+    """The ours / Scrapy line and a blank line, or nothing when the result lacks one of them."""
+    crawlers = result["crawlers"]
+    if OURS not in crawlers or SCRAPY not in crawlers or crawlers[SCRAPY]["pages_per_s"] <= 0:
+        return []
+    ratio = crawlers[OURS]["pages_per_s"] / crawlers[SCRAPY]["pages_per_s"]
+    distinct = distinct_rate(crawlers[OURS]) / max(distinct_rate(crawlers[SCRAPY]), 1e-9)
+    return [f"**Ours / Scrapy: {ratio:.2f}×** sustained pages/s, {distinct:.2f}× distinct pages/s "
+            "(target ≥ 6×).", ""]
+
+
+def _violations(c: Mapping[str, Any]) -> str:
+    return f"{c['violations_total']:,}" + (
+        " (" + ", ".join(f"{k} {v:,}" for k, v in c["violations"].items()) + ")" if c["violations"] else "")
+
+
+HEADLINE_ROWS: tuple[Row, ...] = (
+    ("**sustained pages/s**", lambda c: f"**{_fmt(c['pages_per_s'])}**"),
+    ("distinct pages/s (repeats left out)", lambda c: _fmt(distinct_rate(c))),
+    ("CPU per page, crawler processes", lambda c: _ms(c.get("cpu_per_page_s"))),
+    ("the machine's cores busy in the window", lambda c: _share(c.get("machine_busy_share"))),
+    ("politeness violations", _violations),
+)
+
+
+def render_summary(result: Mapping[str, Any]) -> str:
+    """BENCHMARKS.md's section (between the markers) for one result: the headline table and the ratio;
+    the rest of the run's figures are in `render_markdown`'s section of docs/perf/crawl-bench.md."""
     web, spec = result["web"], result["spec"]
-    lines = [BEGIN, "",
+    link = os.path.relpath(DETAIL, BENCHMARKS.parent)
+    return "\n".join([BEGIN, "",
+                      f"`{result['command']}`, {result['stamp']}, {result['machine']}; load average "
+                      f"{str(result['load_before']).split(',')[0]} before the run. Web: {web['hosts']:,} hosts, "
+                      f"{web['pages']:,} pages. Each crawler ran {spec['seconds']:g} s; the first {spec['warmup_s']:g} s are left out.",
+                      "", *_side_by_side(result, HEADLINE_ROWS), "", *_ratio(result),
+                      f"Every figure of this run (CPU by process, operator and thread, latency, the frontier, "
+                      f"plots): [{link}]({link}).", "", END])
+
+
+def render_markdown(result: Mapping[str, Any]) -> str:
+    """docs/perf/crawl-bench.md's section (between its markers) for one result (as written to result.json)."""
+    crawlers: Mapping[str, Mapping[str, Any]] = result["crawlers"]
+    web, spec = result["web"], result["spec"]
+    lines = [DETAIL_BEGIN, "",
              f"Generated by `{result['command']}` on {result['stamp']}: {result['machine']}. "
              f"Load average before the run: {result['load_before']}.", "",
              f"Web: {web['hosts']:,} hosts on {web['addresses']:,} addresses, {web['pages']:,} pages, "
@@ -445,30 +497,17 @@ def render_markdown(result: Mapping[str, Any]) -> str:
              f"delay {result['policy']['default_delay_s']:g} s (floor {result['policy']['min_delay_s']:g} s, "
              f"robots Crawl-delay honoured by us), one request in flight per host and per address. Each crawler ran "
              f"{spec['seconds']:g} s from its first request; the window excludes the first {spec['warmup_s']:g} s "
-             f"(warm-up).", "",
-             "| | " + " | ".join(label[n] for n in names) + " |",
-             "|---|" + "---|" * len(names)]
-
-    def row(title: str, cell: Callable[[Mapping[str, Any]], str]) -> None:
-        lines.append(f"| {title} | " + " | ".join(cell(crawlers[n]) for n in names) + " |")
-
-    row("page requests in the window", lambda c: f"{c['pages_in_window']:,}")
-    row("of them repeats of a page already fetched", lambda c: f"{c.get('repeated_in_window', 0):,}")
-    row("**sustained pages/s**", lambda c: f"**{_fmt(c['pages_per_s'])}**")
-    row("distinct pages/s (repeats left out)", lambda c: _fmt(distinct_rate(c)))
-    row("CPU per page, crawler processes", lambda c: _ms(c.get("cpu_per_page_s")))
-    row("CPU per page, by process", lambda c: ", ".join(
-        f"{g} {_ms(v)}" for g, v in (c.get("cpu_per_page_by_process") or {}).items()) or "n/a")
-    row("the machine's cores busy in the window", lambda c: _share(c.get("machine_busy_share")))
-    row("politeness violations", lambda c: f"{c['violations_total']:,}" + (
-        " (" + ", ".join(f"{k} {v:,}" for k, v in c["violations"].items()) + ")" if c["violations"] else ""))
-    row("robots.txt, tdmrep.json and soft-404 probe requests / all requests", lambda c: f"{c['robots_requests']:,} / {c['requests']:,}")
-    lines.append("")
-    if OURS in crawlers and SCRAPY in crawlers and crawlers[SCRAPY]["pages_per_s"] > 0:
-        ratio = crawlers[OURS]["pages_per_s"] / crawlers[SCRAPY]["pages_per_s"]
-        distinct = distinct_rate(crawlers[OURS]) / max(distinct_rate(crawlers[SCRAPY]), 1e-9)
-        lines += [f"**Ours / Scrapy: {ratio:.2f}×** sustained pages/s, {distinct:.2f}× distinct pages/s "
-                  "(target ≥ 6×).", ""]
+             f"(warm-up).", ""]
+    lines += _side_by_side(result, (
+        ("page requests in the window", lambda c: f"{c['pages_in_window']:,}"),
+        ("of them repeats of a page already fetched", lambda c: f"{c.get('repeated_in_window', 0):,}"),
+        *HEADLINE_ROWS[:3],
+        ("CPU per page, by process", lambda c: ", ".join(
+            f"{g} {_ms(v)}" for g, v in (c.get("cpu_per_page_by_process") or {}).items()) or "n/a"),
+        *HEADLINE_ROWS[3:],
+        ("robots.txt, tdmrep.json and soft-404 probe requests / all requests",
+         lambda c: f"{c['robots_requests']:,} / {c['requests']:,}")))
+    lines += ["", *_ratio(result)]
     ceiling = result["ceiling"]
     capacity = result.get("server_capacity") or {}
     lines += [f"- Politeness ceiling of this web: {ceiling['ours']:,.0f} pages/s for us (Σ 1/delay over hosts "
@@ -561,13 +600,18 @@ def render_markdown(result: Mapping[str, Any]) -> str:
               "processes are the TaskManager (with its Python workers), JobManager and Kafka for us, the "
               "Scrapy process for Scrapy; the web server is reported apart. Violations come from "
               "`synthweb/audit.py` over each server's request log (per-address limit 1, floor "
-              f"{result['policy']['min_delay_s']:g} s, robots Crawl-delay, Retry-After).", "", END]
+              f"{result['policy']['min_delay_s']:g} s, robots Crawl-delay, Retry-After).", "", DETAIL_END]
     return "\n".join(lines)
 
 
 def replace_section(text: str, section: str) -> str:
-    """`text` with the part between the markers replaced by `section` (appended when absent)."""
+    """`text` (BENCHMARKS.md) with the part between the markers replaced by `section` (appended when absent)."""
     return replace_between(text, section, BEGIN, END, "## Crawl benchmark: ours vs Scrapy (`bench/crawl_bench.py`)")
+
+
+def replace_detail(text: str, section: str) -> str:
+    """`text` (docs/perf/crawl-bench.md) with the part between its markers replaced by `section`."""
+    return replace_between(text, section, DETAIL_BEGIN, DETAIL_END, "## The latest run")
 
 
 # --- measuring: /proc, Flink REST, Kafka ---------------------------------------------------------------
@@ -1180,14 +1224,16 @@ def main(argv: list[str] | None = None) -> int:
     spec = spec_from_args(args)
     command = "python -m bench.crawl_bench " + " ".join(argv if argv is not None else sys.argv[1:])
     result = run(spec, command, progress=lambda line: print(line, flush=True))
-    plot_dir, link_base = (IMG_DIR, ROOT) if args.write else (spec.out, spec.out)
+    plot_dir, link_base = (IMG_DIR, DETAIL.parent) if args.write else (spec.out, spec.out)
     result["plots"] = make_plots(result, plot_dir, link_base)
-    section = render_markdown(result)
+    section, summary = render_markdown(result), render_summary(result)
     (spec.out / "section.md").write_text(section + "\n")
     print(section)
     if args.write:
-        BENCHMARKS.write_text(replace_section(BENCHMARKS.read_text(), section))
-        print(f"wrote {BENCHMARKS} and {IMG_DIR}/crawl-bench-*.png")
+        detail = DETAIL.read_text() if DETAIL.exists() else "# The crawl benchmark: every figure of the latest run\n"
+        DETAIL.write_text(replace_detail(detail, section))
+        BENCHMARKS.write_text(replace_section(BENCHMARKS.read_text(), summary))
+        print(f"wrote {BENCHMARKS}, {DETAIL} and {IMG_DIR}/crawl-bench-*.png")
     ours = result["crawlers"].get(OURS)
     if ours and ours["violations_total"]:
         print(f"FAIL: our crawler committed {ours['violations_total']} politeness violations: "
@@ -1223,7 +1269,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--taskmanagers", type=int, default=d.taskmanagers,
                    help="Flink TaskManagers of our stack (use with --set job.parallelism=N)")
     p.add_argument("--out", type=Path, default=d.out)
-    p.add_argument("--write", action="store_true", help="replace the section in BENCHMARKS.md, plots in docs/img/")
+    p.add_argument("--write", action="store_true", help="replace the sections in BENCHMARKS.md and docs/perf/crawl-bench.md, plots in docs/img/")
     return p
 
 

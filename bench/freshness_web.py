@@ -144,7 +144,7 @@ def markdown(result: Mapping[str, Any]) -> str:
 def replace_section(text: str, section: str) -> str:
     """`text` with this benchmark's section replaced (appended when absent)."""
     return replace_between(text, section, BEGIN, END,
-                           "## Recrawl freshness of the running job (`make bench-freshness`, `bench/freshness_web.py`)")
+                           "## Recrawl freshness of the running job")
 
 
 # --- running ---------------------------------------------------------------------------------------

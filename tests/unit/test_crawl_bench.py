@@ -243,7 +243,7 @@ RESULT = {
 
 def test_markdown_has_markers_both_crawlers_ratio_and_figures() -> None:
     md = cb.render_markdown(RESULT)
-    assert md.startswith(cb.BEGIN) and md.endswith(cb.END)
+    assert md.startswith(cb.DETAIL_BEGIN) and md.endswith(cb.DETAIL_END)
     assert "| ours (Flink job) | Scrapy 2.19.0 |" in md
     assert "| **sustained pages/s** | **100.0** | **25.0** |" in md
     assert "**Ours / Scrapy: 4.00×** sustained pages/s, 3.50× distinct pages/s" in md
@@ -264,6 +264,45 @@ def test_markdown_of_one_crawler_has_no_ratio_and_tolerates_missing_figures() ->
     result["crawlers"]["scrapy"]["cpu_per_page_by_process"] = None
     md = cb.render_markdown(result)
     assert "Ours / Scrapy" not in md and "| Scrapy 2.19.0 |" in md and "n/a" in md
+
+
+def test_summary_for_benchmarks_md_has_the_headline_rows_ratio_and_a_link_to_the_rest() -> None:
+    md = cb.render_summary(RESULT)
+    assert md.startswith(cb.BEGIN) and md.endswith(cb.END)
+    assert "| ours (Flink job) | Scrapy 2.19.0 |" in md
+    assert "| **sustained pages/s** | **100.0** | **25.0** |" in md
+    assert "| CPU per page, crawler processes | 2.50 ms | 12.00 ms |" in md
+    assert "| politeness violations | 0 | 13 (crawl_delay 7, robots_unavailable 6) |" in md
+    assert "**Ours / Scrapy: 4.00×** sustained pages/s, 3.50× distinct pages/s" in md
+    assert "[docs/perf/crawl-bench.md](docs/perf/crawl-bench.md)" in md
+    # the detail alone: per process, per vertex, latency, plots
+    assert "CPU per page, by process" not in md and "| fetch | 600" not in md and "p50 12.0 s" not in md and "![" not in md
+    detail = cb.render_markdown(RESULT)
+    for row in [line for line in md.splitlines() if line.startswith("| ")]:
+        assert row in detail   # the headline rows are the detail's rows, word for word
+
+
+def test_summary_of_one_crawler_has_no_ratio() -> None:
+    result = copy.deepcopy(RESULT)
+    del result["crawlers"]["ours"]
+    md = cb.render_summary(result)
+    assert "Ours / Scrapy" not in md and "| | Scrapy 2.19.0 |" in md
+
+
+def test_replace_detail_swaps_its_own_markers_and_leaves_the_summary_markers_alone() -> None:
+    detail = cb.render_markdown(RESULT)
+    text = f"# Crawl\n\n{cb.DETAIL_BEGIN}\nold\n{cb.DETAIL_END}\n\nafter\n"
+    assert cb.replace_detail(text, detail) == f"# Crawl\n\n{detail}\n\nafter\n"
+    created = cb.replace_detail("# Crawl\n", detail)
+    assert created.endswith(detail + "\n") and cb.BEGIN not in created
+    assert cb.replace_detail(created, detail) == created
+
+
+def test_the_committed_pages_carry_both_sections_and_link_each_other() -> None:
+    benchmarks, detail = cb.BENCHMARKS.read_text(), cb.DETAIL.read_text()
+    assert benchmarks.count(cb.BEGIN) == 1 and benchmarks.count(cb.END) == 1 and cb.DETAIL_BEGIN not in benchmarks
+    assert detail.count(cb.DETAIL_BEGIN) == 1 and detail.count(cb.DETAIL_END) == 1 and cb.BEGIN not in detail
+    assert "(docs/perf/crawl-bench.md)" in benchmarks and "../img/crawl-bench-throughput.png" in detail
 
 
 def test_replace_section_swaps_the_marked_part_and_appends_when_absent() -> None:
