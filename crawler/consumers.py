@@ -5,6 +5,8 @@
 - `search --db PATH WORDS...`: query that index.
 - `takedown-apply`: tombstone the archived captures the takedowns on crawl.control cover (consumers/tombstones.py).
 - `warc-compact`: rewrite local WARC files without their tombstoned captures (consumers/warc_compact.py).
+- `warc-index`: one sorted CDXJ index of a WARC root, for replay tools (consumers/warc_index.py).
+- `warc-wacz --out FILE`: a local WARC root packaged as one WACZ file (consumers/wacz.py).
 
 The consumers run until stopped (Ctrl-C), or until `--max-records` messages or `--idle-timeout`
 seconds without one; each prints its counts as JSON when it ends. A record they cannot handle goes to
@@ -30,6 +32,7 @@ from consumers.stream import DEFAULT_BATCH, ReadLimits
 from consumers.tombstones import (Tombstone, apply_to_archive, counts_by_takedown, load_tombstones, mark_compacted,
                                   save_tombstones)
 from consumers.warc_compact import compact_warc
+from consumers.wacz import write_wacz
 from consumers.warc_index import INDEX_NAME, write_index
 from bus import kafka_io
 from crawler.audit import add_audit_options, audit_from_args
@@ -40,6 +43,7 @@ from udfs.control import Takedown, parse_control
 from udfs.minhash import MinHashPolicy
 from udfs.records import TOPIC_CONTROL, ContractError
 from udfs.storage import is_s3_root
+from udfs.warc import WarcPolicy
 
 DEFAULT_BOOTSTRAP = f"127.0.0.1:{StackConfig().kafka_port}"
 _HOST_PORT = re.compile(r"[^\s,:]+:\d{1,5}")
@@ -109,6 +113,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                   help="merge every WARC file's index into one sorted CDXJ at the root, for replay")
     index.add_argument("--name", default=INDEX_NAME, help="the index's name at the root (default %(default)s)")
     index.set_defaults(func=_cmd_warc_index)
+
+    wacz = subparsers.add_parser("warc-wacz", parents=[archive],
+                                 help="package a local WARC root as one WACZ file (WARC files, index, pages)")
+    wacz.add_argument("--out", type=Path, required=True, metavar="FILE.wacz", help="the package to write")
+    wacz.add_argument("--title", default="crawl", help="the collection's title (default %(default)s)")
+    wacz.set_defaults(func=_cmd_warc_wacz)
 
     compact = subparsers.add_parser("warc-compact", parents=[archive],
                                     help="rewrite local WARC files without their tombstoned captures")
@@ -222,6 +232,17 @@ def _cmd_warc_index(args: argparse.Namespace) -> int:
         raise ValueError(f"--name {args.name!r}: a file name at the root ending in .cdxj")
     counts = write_index(root, args.name)
     print(json.dumps({"index": root.describe(args.name), **counts}, sort_keys=True))
+    return 0
+
+
+def _cmd_warc_wacz(args: argparse.Namespace) -> int:
+    location, root = _archive(args)
+    if is_s3_root(location) or not isinstance(root, LocalRoot):
+        raise ValueError(f"warc-wacz packages a local WARC root; {location} is in S3 (copy it down first)")
+    if args.out.suffix != ".wacz":
+        raise ValueError(f"--out {args.out}: a file name ending in .wacz")
+    counts = write_wacz(root, args.out, title=args.title, software=WarcPolicy().software)
+    print(json.dumps({"wacz": str(args.out), **counts.as_dict()}, sort_keys=True))
     return 0
 
 
