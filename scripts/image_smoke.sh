@@ -20,7 +20,7 @@ check "crawler --version" crawler --version
 check "python -m crawler --version" python -m crawler --version
 check "imports" python -c "import pyflink, udfs, durable, bus, operators, consumers, jobs.crawl, crawler.cli, synthweb; print('imported')"
 check "crawler config" bash -c 'crawler config | head -n 12'
-for cmd in corpus index takedown-apply warc-compact retention api seed; do
+for cmd in corpus index takedown-apply warc-compact warc-index warc-wacz retention api seed; do
     check "crawler ${cmd} --help" bash -c "crawler ${cmd} --help >/dev/null && echo 'help printed'"
 done
 check "java -version" java -version
