@@ -50,11 +50,13 @@ def entrances(host: Host, web: Web) -> list[str]:
 
 
 def page_links(web: Web, host: Host, page: Page, n: int, port: int) -> list[str]:
-    """The `n` link targets of `page` (spec: task brief "links rewritten into the synthetic web").
+    """The `n` link targets of `page` (spec: task brief "links rewritten into the synthetic web"); past
+    `links_per_page` (when set) each is `#`, a link to the page itself.
 
     Written as one flat loop over `rng.random()` draws: it runs for every page render.
     """
     p = web.policy
+    linked = min(n, p.links_per_page) if p.links_per_page else n
     rnd = random.Random(f"links|{web.seed}|{host.name}|{page.body_key}").random
     home = page.path == "/"
     special = entrances(host, web)
@@ -71,7 +73,7 @@ def page_links(web: Web, host: Host, page: Page, n: int, port: int) -> list[str]
     special_share = SPECIAL_SHARE if special else 0.0
     out: list[str] = []
     cursor = 0
-    for i in range(n):
+    for i in range(linked):
         if home and i < len(special):
             out.append(special[i])
             continue
@@ -107,6 +109,7 @@ def page_links(web: Web, host: Host, page: Page, n: int, port: int) -> list[str]
             other = hosts[int(len(hosts) * rnd() ** 2)]
             path = "/" if rnd() < 0.5 else other.pages[int(rnd() * len(other.pages))].path
             out.append(base_url(other.name, port) + path)
+    out += ["#"] * (n - linked)
     return out
 
 

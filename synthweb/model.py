@@ -95,6 +95,9 @@ class WebPolicy:
     same_site_link_share: float = 0.03
     missing_host_link_share: float = 0.01    # links to hosts that do not exist
     broken_link_share: float = 0.02          # same-host links to paths that 404
+    # at most this many of a page's link slots are links, the rest `href="#"` (0: every slot): the same
+    # real pages with fewer links, the web on which a crawler's cost per link weighs less
+    links_per_page: int = 0
     sitemap_share: float = 0.52              # hosts with a sitemap listed in robots.txt
     sitemap_index_share: float = 0.3         # of those, served as an index of two sitemaps
     sitemap_elsewhere_share: float = 0.0     # of the others, served by the first host (cross-submitted)
@@ -153,6 +156,8 @@ class WebPolicy:
                 raise ValueError(f"{name} must be within [0, 1], got {value}")
         if self.same_host_link_share + self.same_site_link_share + self.missing_host_link_share > 1.0:
             raise ValueError("same-host, same-site and missing-host link shares add up to more than 1")
+        if isinstance(self.links_per_page, bool) or not isinstance(self.links_per_page, int) or self.links_per_page < 0:
+            raise ValueError(f"links_per_page must be a whole number >= 0 (0: every slot), got {self.links_per_page!r}")
         if not 1 <= self.min_pages <= self.max_pages:
             raise ValueError(f"need 1 <= min_pages <= max_pages, got {self.min_pages}, {self.max_pages}")
         base = ipaddress.ip_address(self.ip_base)

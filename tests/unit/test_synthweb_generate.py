@@ -37,6 +37,22 @@ def test_links_are_deterministic_per_page(web):
     assert page_links(web, host, page, 80, 8080) == page_links(web, host, page, 80, 8080)
 
 
+def test_the_lighter_profile_keeps_the_first_links_of_each_page_and_makes_the_rest_the_page_itself(web):
+    light = build_web(600, seed=7, policy=WebPolicy(links_per_page=50))
+    host = light.hosts[5]
+    page = host.pages[-1]
+    full = page_links(web, web.hosts[5], page, 145, 8080)
+    links = page_links(light, host, page, 145, 8080)
+    assert len(links) == 145 and links[:50] == full[:50] and set(links[50:]) == {"#"}
+    assert page_links(light, host, page, 30, 8080) == full[:30]
+
+
+def test_a_negative_or_fractional_link_cap_is_refused():
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="links_per_page"):
+            WebPolicy(links_per_page=bad)
+
+
 def test_host_names_follow_the_naming_scheme(web):
     pattern = re.compile(r"^(h\d{4}\.s\d{4}\.test|blog-\d+\.shared\.test)$")
     assert all(pattern.match(h.name) for h in web.hosts)
