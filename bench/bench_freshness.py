@@ -1,4 +1,4 @@
-"""Freshness of recrawl policies at a fixed fetch budget: a seeded discrete-event simulation (issue #6).
+"""Freshness of recrawl policies at a fixed fetch budget: a seeded discrete-event simulation.
 
 Usage: .venv/bin/python -m bench.bench_freshness [--pages 2000] [--days 120] [--seed 7]   (from the project root)
 

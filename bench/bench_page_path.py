@@ -1,5 +1,5 @@
 """Parse's CPU on the crawl benchmark's pages: the native work a page needs, timed alone, against the
-whole parse step in one process (issue #8 step 24).
+whole parse step in one process.
 
     .venv/bin/python -m bench.bench_page_path [--pages 400] [--hosts 5000] [--seed 1]
 

@@ -1,4 +1,4 @@
-"""Bytes of frontier state per known URL, measured from real RocksDB checkpoints (issue #5).
+"""Bytes of frontier state per known URL, measured from real RocksDB checkpoints.
 
 Runs the real frontier operator (thread mode, RocksDB state backend, full checkpoints) on a local
 MiniCluster, feeds it `--hosts` × `--urls-per-host` discovered URLs of realistic shape through an
@@ -9,7 +9,7 @@ fetcher answers), so the figure counts a URL record and a queue slot: the upper 
 known URL costs (a fetched URL keeps only its record). The seen-URL filter's memory is reported
 beside it, with its fill after the run (the `bloom_fill_ratio_ppm` gauge) and the false-positive
 rate that fill gives. `python -m bench.bench_state [--hosts 200 --urls-per-host 500]
-[--bloom-urls N] [--timeout S]`; issue #5 asks for 1 M and 10 M URLs (`--hosts 2000`, `--hosts 20000`).
+[--bloom-urls N] [--timeout S]`; 1 M and 10 M URLs are `--hosts 2000` and `--hosts 20000`.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Alternated crawl runs of two configurations, summarised as one table (issue #8's steps).
+"""Alternated crawl runs of two configurations, summarised as one table.
 
     .venv/bin/python -m bench.crawl_ab --b job.checkpoint_interval_ms=60000 [--a SECTION.KEY=VALUE ...]
         [--a-rev REV] [--b-rev REV] [--pairs 2] [--hosts 5000] [--seconds 200] [--out bench/out/ab]

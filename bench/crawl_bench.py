@@ -1,4 +1,4 @@
-"""`python -m bench.crawl_bench`: our crawler and Scrapy on the same synthetic web, side by side (issue #8).
+"""`python -m bench.crawl_bench`: our crawler and Scrapy on the same synthetic web, side by side.
 
     python -m bench.crawl_bench --hosts 5000 --seconds 300 [--write]
 
@@ -134,7 +134,7 @@ class Window:
 
 
 def measurement_window(first_request_at: float, seconds: float, warmup_s: float) -> Window:
-    """Spec: issue #8 "sustained pages/s (excluding warm-up)": from first request + warm-up to first + seconds."""
+    """Sustained pages/s, the warm-up left out: from first request + warm-up to first + seconds."""
     return Window(first_request_at + warmup_s, first_request_at + seconds)
 
 
@@ -354,7 +354,7 @@ def frontier_cpu_per_url(figures: Mapping[str, Any]) -> float | None:
 
 
 def politeness_ceiling(delays: Iterable[float | None]) -> float:
-    """Spec: issue #8 "the politeness ceiling (sum over hosts of 1/delay)"; None = a host not crawlable."""
+    """The politeness ceiling: the sum over hosts of 1/delay; None = a host not crawlable."""
     return sum(1.0 / d for d in delays if d is not None and d > 0)
 
 

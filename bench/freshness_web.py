@@ -1,4 +1,4 @@
-"""Freshness on the synthetic web: the real crawl job, an accelerated clock, three schedulers (issue #6).
+"""Freshness on the synthetic web: the real crawl job, an accelerated clock, three schedulers.
 
 The synthetic web runs its clock `--speed` times faster than the wall (default 5,760: a simulated day
 is 15 s), and its pages change as Poisson processes with known rates (`synthweb/clock.py`). The

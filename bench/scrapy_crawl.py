@@ -1,4 +1,4 @@
-"""Scrapy on the synthetic web at politeness matched to ours: the comparison crawler of issue #8.
+"""Scrapy on the synthetic web at politeness matched to ours: the comparison crawler of `bench.crawl_bench`.
 
 `python -m bench.scrapy_crawl --seeds seeds.txt --host-map hosts.txt --seconds 60 --out DIR` crawls
 from the seeds for a bounded time and leaves in DIR: `scrapy_stats.json` (Scrapy's stats plus its own
@@ -43,7 +43,7 @@ SAMPLES_FILE = "scrapy_samples.jsonl"
 def load_host_map(text: str) -> dict[str, str]:
     """`hostname ip` lines (the crawler's `--host-map` file) → {name: ip}; only loopback addresses.
 
-    Spec: issue #8 "Scrapy must only ever connect to 127.x". Raises ValueError naming the first line
+    Scrapy must only ever connect to 127.x. Raises ValueError naming the first line
     that is malformed or points outside 127.0.0.0/8, so a wrong file stops the run before any request.
     """
     pins: dict[str, str] = {}
@@ -57,7 +57,7 @@ def load_host_map(text: str) -> dict[str, str]:
 
 def scrapy_settings(config: Any, *, seconds: float, host_map_file: Path, out: Path,
                     concurrency: int = 1000, sample_every_s: float = 5.0) -> dict[str, Any]:
-    """Scrapy settings matched to our policies (`udfs.config.load_config`); spec: issue #8 "matched politeness".
+    """Scrapy settings matched to our policies (`udfs.config.load_config`), so both crawlers run equally polite.
 
     One request at a time per download slot, the slot being the host's address (per-IP, as our IP gate),
     our default delay with no jitter and no AutoThrottle, robots.txt obeyed for our User-Agent, our

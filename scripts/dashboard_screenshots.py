@@ -1,4 +1,4 @@
-"""Real screenshots of the Flink dashboard during a crawl (issue #7), for docs/metrics.md: not part of CI.
+"""Real screenshots of the Flink dashboard during a crawl, for docs/metrics.md: not part of CI.
 
 Brings up a stack as `crawler up` does (Kafka + a Flink session cluster, in a temporary state folder on
 free ports), serves the synthetic web, submits the crawl job as `crawler crawl` does, lets it crawl, then
