@@ -178,6 +178,9 @@ def build_web(n_hosts: int, seed: int, policy: WebPolicy | None = None, *,
             if sitemap == "urlset" and hosts and policy.sitemap_elsewhere_share \
                     and rng.random() < policy.sitemap_elsewhere_share:
                 sitemap = "elsewhere"
+        spa = _drawn(seed, name, "spa", policy.spa_share)
+        if spa:
+            sitemap = None   # its pages are reached by running its script, not from a list
         hosts.append(Host(
             name=name, ip=ip, site=site,
             pages=_pages(rng, policy, len(corpus.pages), robots, behaviours),
@@ -186,7 +189,7 @@ def build_web(n_hosts: int, seed: int, policy: WebPolicy | None = None, *,
             sitemap=sitemap, behaviours=behaviours, sitemap_host=hosts[0].name if sitemap == "elsewhere" else None,
             robots_source=rng.randrange(len(corpus.robots_names)) if robots is RobotsVariant.REAL else None,
             gptbot_disallowed=_drawn(seed, name, "gptbot", policy.gptbot_disallow_share),
-            noai=_drawn(seed, name, "noai", policy.noai_share),
+            noai=_drawn(seed, name, "noai", policy.noai_share), spa=spa,
         ))
         hosts[-1] = replace(hosts[-1], tdmrep_reserved=_tdmrep_location(seed, hosts[-1], policy.tdmrep_share))
     hosts = [_with_redirect_target(h, hosts, rng) for h in hosts]

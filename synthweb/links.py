@@ -101,14 +101,15 @@ def page_links(web: Web, host: Host, page: Page, n: int, port: int) -> list[str]
             out.append(own + path if rnd() < ABSOLUTE_SHARE else path)
         elif r < site:
             other = siblings[int(rnd() * len(siblings))]
-            out.append(base_url(other.name, port) + other.pages[int(rnd() * len(other.pages))].path)
+            path = other.pages[int(rnd() * len(other.pages))].path
+            out.append(base_url(other.name, port) + ("/" if other.spa else path))
         elif r < missing:
             out.append(base_url(web.missing_hosts[int(rnd() * len(web.missing_hosts))], port) + "/")
         else:
             # Squaring skews choices toward low numbers: a few popular hosts get many in-links.
             other = hosts[int(len(hosts) * rnd() ** 2)]
             path = "/" if rnd() < 0.5 else other.pages[int(rnd() * len(other.pages))].path
-            out.append(base_url(other.name, port) + path)
+            out.append(base_url(other.name, port) + ("/" if other.spa else path))
     out += ["#"] * (n - linked)
     return out
 

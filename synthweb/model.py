@@ -110,6 +110,7 @@ class WebPolicy:
     gptbot_disallow_share: float = 0.0       # hosts whose rules robots.txt also disallows GPTBot everything
     noai_share: float = 0.0                  # hosts whose HTML pages send `X-Robots-Tag: noai`
     tdmrep_share: float = 0.0                # hosts serving a /.well-known/tdmrep.json reserving all or a section
+    spa_share: float = 0.0                   # single-page-app hosts: content and links only after scripts run (synthweb.spa)
     behaviours: frozenset[Behaviour] = DEFAULT_BEHAVIOURS  # which behaviours may be handed out
     huge_page_bytes: int = 20 * 1024 * 1024
     gzip_bomb_bytes: int = 200 * 1024 * 1024
@@ -150,6 +151,7 @@ class WebPolicy:
             "gptbot_disallow_share": self.gptbot_disallow_share,
             "noai_share": self.noai_share,
             "tdmrep_share": self.tdmrep_share,
+            "spa_share": self.spa_share,
         }
         for name, value in shares.items():
             if not 0.0 <= value <= 1.0:
@@ -218,6 +220,7 @@ class Host:
     noai: bool = False                 # its HTML pages (but session-trap ones) send `X-Robots-Tag: noai`
     tdmrep_reserved: str | None = None  # the location its tdmrep.json reserves ("/" or "/<section>/"); None: no file
     sitemap_host: str | None = None    # who serves its sitemap ("elsewhere": another host, at /sitemaps/<name>.xml)
+    spa: bool = False                  # a single-page app (synthweb.spa): no sitemap, links in only to "/"
 
     @cached_property
     def page_map(self) -> dict[str, Page]:

@@ -27,6 +27,7 @@ from synthweb.clock import ChangeTracker, SimClock
 from synthweb.corpus import LINK, SELF, Corpus, Template
 from synthweb.links import SSRF_METADATA_URL, denied_bait_url, page_links, with_session
 from synthweb.model import NESTING_BOMB_TAGS, Behaviour, Host, Page, RobotsVariant, Web, base_url
+from synthweb import spa
 from synthweb.robots import INDEX_CHILDREN, MOVED_PATH, robots_answer, rules_body, sitemap_path
 from synthweb.tdmrep import TDMREP_PATH, tdmrep_body
 
@@ -183,6 +184,8 @@ class Router:
         failure = self._failure(host)
         if failure is not None:
             return failure
+        if host.spa and (reply := self._spa(host, path, query)) is not None:
+            return reply
         page = host.page_map.get(path)
         if page is not None:
             return self._page(host, page, query)
@@ -221,6 +224,28 @@ class Router:
         values = [next(it).replace("&", "&amp;").encode() if s == LINK else self_url if s == SELF else extra
                   for s in template.slots]
         return Rendered(template, values, template.fill(values))
+
+    def _spa(self, host: Host, path: str, query: str) -> Reply | None:
+        """A single-page-app host's shell, shared script and style, and JSON API (synthweb.spa); None
+        for any other path."""
+        if path == spa.SCRIPT_PATH:
+            return Reply(200, [("Content-Type", "text/javascript"), ("Cache-Control", "max-age=86400")], spa.SCRIPT,
+                         etag=_etag("spa", spa.SCRIPT_PATH, len(spa.SCRIPT)))
+        if path == spa.STYLE_PATH:
+            return Reply(200, [("Content-Type", "text/css"), ("Cache-Control", "max-age=86400")], spa.STYLE,
+                         etag=_etag("spa", spa.STYLE_PATH, len(spa.STYLE)))
+        if path in (spa.API_PAGE, spa.API_MORE):
+            page = host.page_map.get(spa.api_path(query) or "")
+            if page is None:
+                return Reply(404, [("Content-Type", "application/json")], b'{"error": "no such page"}')
+            links = page_links(self.web, host, page, spa.LINKS_PER_PAGE, self.port)
+            body = spa.page_json(page.path, spa.title_of(host.name, page.path), links) if path == spa.API_PAGE \
+                else spa.more_json(links)
+            return Reply(200, [("Content-Type", "application/json")], body)
+        page = host.page_map.get(path)
+        if page is not None and page.content_type.startswith("text/html"):
+            return Reply(200, [("Content-Type", HTML)], spa.SHELL, etag=_etag("spa", "shell", len(spa.SHELL)))
+        return None
 
     def _not_found(self, host: Host, path: str) -> Reply:
         if Behaviour.SOFT_404 in host.behaviours:

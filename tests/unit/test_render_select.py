@@ -1,0 +1,83 @@
+"""Selection for the rendering tier: a page is rendered only for a named reason, the host's mode wins,
+pages with text of their own are never scanned, and the crawl-wide share stays under its cap."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from udfs.render_select import (REASONS, RenderPolicy, ShareCap, check_mode, page_signals, render_reason)
+
+ON = RenderPolicy(enabled=True)
+REACT_SHELL = (b'<!doctype html><html><head><script defer src="/static/js/main.3f2a.js"></script></head>'
+               b'<body><noscript>You need to enable JavaScript to run this app.</noscript>'
+               b'<div id="root"></div></body></html>')
+BUNDLE_ONLY = b'<html><body><p>Loading</p><script src="/app.js"></script><script src="/vendor.js"></script></body></html>'
+NOSCRIPT_ONLY = b"<html><body><noscript>This site requires JavaScript.</noscript><p>Hi</p></body></html>"
+ARTICLE = b"<html><body><h1>News</h1><p>" + b"words " * 100 + b"</p><script src='/ads.js'></script></body></html>"
+
+
+@pytest.mark.parametrize("body, text_chars, reason", [
+    (REACT_SHELL, 0, "app_root"),
+    (b'<html><body><script id="__NEXT_DATA__" type="application/json">{}</script></body></html>', 0, "app_root"),
+    (b"<html ng-version='17.0.0'><body><app-root></app-root><script src=m.js></script></body></html>", 0, "app_root"),
+    (BUNDLE_ONLY, 7, "near_empty"),
+    (NOSCRIPT_ONLY, 2, "noscript"),
+    (b"<html><body><p>Short page.</p></body></html>", 11, None),     # short but nothing to run
+    (ARTICLE, 600, None),                                             # text of its own
+    (REACT_SHELL, 600, None),                                         # a shell with server-rendered text
+])
+def test_each_page_gets_the_reason_its_markup_gives(body, text_chars, reason):
+    assert render_reason(text_chars, body, "auto", ON) == reason
+
+
+def test_the_hosts_mode_wins_over_the_page_and_the_tier_off_renders_nothing():
+    assert render_reason(600, ARTICLE, "always", ON) == "host_always"
+    assert render_reason(0, REACT_SHELL, "never", ON) is None
+    assert render_reason(0, REACT_SHELL, "always", RenderPolicy()) is None
+
+
+def test_signals_past_the_scanned_prefix_are_not_seen():
+    policy = RenderPolicy(enabled=True, scan_bytes=1024)
+    late = b"<html><body>" + b" " * 2000 + b'<div id="app"></div><script src="/a.js"></script></body></html>'
+    assert page_signals(late, policy).scripts == 0 and render_reason(0, late, "auto", policy) is None
+    assert render_reason(0, late, "auto", ON) == "app_root"
+
+
+def test_a_mount_point_with_content_is_not_an_app_root():
+    served = b'<html><body><div id="root"><h1>Rendered on the server</h1></div><script src="/a.js"></script></body></html>'
+    assert page_signals(served).app_root is False
+    assert render_reason(0, served, "auto", ON) == "near_empty"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=4000), st.integers(min_value=0, max_value=1000), st.sampled_from(["auto", "always", "never"]))
+def test_any_body_gets_a_known_reason_or_none_and_never_raises(body, text_chars, mode):
+    assert render_reason(text_chars, body, mode, ON) in (*REASONS, None)
+
+
+def test_the_share_cap_keeps_rendered_pages_under_the_share_of_pages_seen():
+    cap = ShareCap(0.1)
+    taken = 0
+    for _ in range(1000):
+        cap.saw()
+        taken += cap.take()   # every page asks: the worst case
+    assert taken == cap.rendered and 100 <= taken <= 101
+    assert ShareCap(0.0).take() is True and ShareCap(0.0).take() is True   # one page always passes at the start
+    none = ShareCap(0.0)
+    none.take()
+    none.saw(1000)
+    assert none.take() is False
+
+
+@pytest.mark.parametrize("field, value", [("enabled", "yes"), ("max_share", 1.5), ("max_share", -0.1),
+                                          ("near_empty_chars", -1), ("scan_bytes", 10), ("scan_bytes", True)])
+def test_a_bad_setting_is_refused_naming_it(field, value):
+    with pytest.raises(ValueError, match=f"render.{field}"):
+        RenderPolicy(**{field: value})
+
+
+def test_a_render_mode_is_one_of_three():
+    assert check_mode("always") == "always"
+    with pytest.raises(ValueError, match="auto, always, never"):
+        check_mode("sometimes")
