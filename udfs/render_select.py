@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from udfs.render_policy import DEFAULT_RENDER_POLICY, RenderPolicy
+
 RENDER_MODES: Final = ("auto", "always", "never")
 REASONS: Final = ("host_always", "app_root", "near_empty", "noscript")
 OVER_CAP: Final = "share_cap"
@@ -38,35 +40,6 @@ _NOSCRIPT_ASKS = re.compile(
     re.IGNORECASE | re.DOTALL)
 
 
-@dataclass(frozen=True)
-class RenderPolicy:
-    """The rendering tier's selection (config section `[render]`); defaults documented here.
-
-    enabled: the tier renders the pages it selects (False: no page is rendered, none is even looked at).
-    max_share: at most this share of the pages seen in the crawl are rendered (0.05).
-    near_empty_chars: visible text shorter than this, beside at least one script bundle, makes a page
-        near-empty (200 characters).
-    scan_bytes: how much of a body the signals are looked for in (256 KiB).
-    """
-
-    enabled: bool = False
-    max_share: float = 0.05
-    near_empty_chars: int = 200
-    scan_bytes: int = 256 * 1024
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.enabled, bool):
-            raise ValueError(f"render.enabled must be true or false, not {self.enabled!r}")
-        if isinstance(self.max_share, bool) or not isinstance(self.max_share, (int, float)) \
-                or not 0.0 <= self.max_share <= 1.0:
-            raise ValueError(f"render.max_share must be a share within [0, 1], not {self.max_share!r}")
-        for name, low in (("near_empty_chars", 0), ("scan_bytes", 1024)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"render.{name} must be a whole number >= {low}, not {value!r}")
-
-
-DEFAULT_RENDER_POLICY = RenderPolicy()
 
 
 @dataclass(frozen=True)

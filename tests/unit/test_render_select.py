@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from udfs.render_select import (REASONS, RenderPolicy, ShareCap, check_mode, page_signals, render_reason)
+from udfs.render_policy import RenderPolicy
+from udfs.render_requests import FETCH, cacheable, request_verdict
+from udfs.render_select import REASONS, ShareCap, check_mode, page_signals, render_reason
 
 ON = RenderPolicy(enabled=True)
 REACT_SHELL = (b'<!doctype html><html><head><script defer src="/static/js/main.3f2a.js"></script></head>'
@@ -71,7 +73,9 @@ def test_the_share_cap_keeps_rendered_pages_under_the_share_of_pages_seen():
 
 
 @pytest.mark.parametrize("field, value", [("enabled", "yes"), ("max_share", 1.5), ("max_share", -0.1),
-                                          ("near_empty_chars", -1), ("scan_bytes", 10), ("scan_bytes", True)])
+                                          ("near_empty_chars", -1), ("scan_bytes", 10), ("scan_bytes", True),
+                                          ("page_timeout_s", 0), ("page_timeout_s", 301), ("max_subresources", -1),
+                                          ("same_site_only", 1), ("refused_types", "Image"), ("tracker_hosts", ("",))])
 def test_a_bad_setting_is_refused_naming_it(field, value):
     with pytest.raises(ValueError, match=f"render.{field}"):
         RenderPolicy(**{field: value})
@@ -81,3 +85,34 @@ def test_a_render_mode_is_one_of_three():
     assert check_mode("always") == "always"
     with pytest.raises(ValueError, match="auto, always, never"):
         check_mode("sometimes")
+
+
+PAGE = "http://www.shop.test/item/1"
+
+
+@pytest.mark.parametrize("url, method, kind, verdict", [
+    ("http://www.shop.test/static/app.js", "GET", "Script", FETCH),
+    ("http://cdn.shop.test/app.css", "GET", "Stylesheet", FETCH),          # the same registrable domain
+    ("http://www.shop.test/api/items", "GET", "Fetch", FETCH),
+    ("http://www.shop.test/api/cart", "POST", "XHR", "method"),
+    ("http://www.shop.test/logo.png", "GET", "Image", "type"),
+    ("http://www.shop.test/favicon.ico", "GET", "Other", "type"),
+    ("http://www.shop.test/clip.mp4", "GET", "Media", "type"),
+    ("https://www.google-analytics.com/analytics.js", "GET", "Script", "tracker"),
+    ("https://stats.g.doubleclick.net/x.js", "GET", "Script", "tracker"),
+    ("http://other.test/lib.js", "GET", "Script", "third_party"),
+    ("data:text/javascript,1", "GET", "Script", "scheme"),
+    ("ws://www.shop.test/live", "GET", "WebSocket", "scheme"),
+])
+def test_each_request_of_a_render_is_fetched_or_refused_for_a_named_reason(url, method, kind, verdict):
+    assert request_verdict(url, method, kind, PAGE, 0, ON) == verdict
+
+
+def test_other_sites_are_asked_when_same_site_only_is_off_and_the_budget_ends_every_request():
+    loose = RenderPolicy(enabled=True, same_site_only=False, max_subresources=3)
+    assert request_verdict("http://other.test/lib.js", "GET", "Script", PAGE, 2, loose) == FETCH
+    assert request_verdict("http://www.shop.test/a.js", "GET", "Script", PAGE, 3, loose) == "budget"
+
+
+def test_scripts_styles_and_fonts_are_the_shared_kinds():
+    assert [cacheable(k) for k in ("Script", "Stylesheet", "Font", "Fetch", "Document")] == [True, True, True, False, False]
