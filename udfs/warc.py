@@ -508,6 +508,14 @@ class WarcBuilder:
         return self._record("metadata", warc_fields_block(fields), CT_WARC_FIELDS, url=url, date=date,
                             warcinfo_id=warcinfo_id, concurrent_to=concurrent_to, extra=extra)
 
+    def conversion(self, url: str, body: bytes, content_type: str, refers_to: str, *,
+                   date: datetime | float | None = None, warcinfo_id: str | None = None) -> WarcRecord:
+        """A conversion record (WARC 1.1 §6.8): another form of a capture's content, such as the DOM a
+        browser built from a page, linked to the original response by WARC-Refers-To."""
+        return self._record("conversion", body, content_type, url=url, date=date, warcinfo_id=warcinfo_id,
+                            payload=body, mime=content_type.split(";")[0].strip(),
+                            extra=[("WARC-Refers-To", _check_id(refers_to))])
+
     # -- shared assembly
 
     def _date(self, date: datetime | float | None) -> str:
