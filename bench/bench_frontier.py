@@ -21,7 +21,9 @@ import random
 import time
 from typing import Any
 
-from operators.frontier import FrontierGauges, HostFrontier
+from operators.frontier_config import HostFrontierConfig
+from operators.frontier_gauges import FrontierGauges
+from operators.host_frontier import HostFrontier
 from udfs.bloom import SeenFilter
 from udfs.config import load_config
 from udfs.recent import DiscoveryPolicy, RecentUrls
@@ -65,12 +67,13 @@ class Bench:
         # The job's default policies (jobs/crawl.py builds its FrontierFunction from the same sections):
         # budgets with domain shares, recrawl, host quality, sitemaps, tdmrep.json after robots.txt.
         config = load_config()
+        features = HostFrontierConfig(policy=config.frontier, politeness=config.politeness,
+                                      robots_policy=config.robots, traps=config.traps, quality=config.host_quality,
+                                      optout=config.optout, recrawl=config.recrawl, budgets=config.budgets,
+                                      census=True, sitemaps=config.sitemaps)
         self.frontier = HostFrontier(Value(), Value(), Map(), Map(), lambda name: self.counts.update((name,)),
-                                     parse_robots, config.frontier, config.politeness, config.robots,
-                                     traps=config.traps, seen=SeenFilter(config.bloom), epoch=7, due=Map(),
-                                     recrawl=config.recrawl, gauges=FrontierGauges(), quality=config.host_quality,
-                                     optout=config.optout, tdmrep_body=Value(), budgets=config.budgets, census=True,
-                                     sitemaps=config.sitemaps)
+                                     parse_robots, features, due=Map(), tdmrep_body=Value(),
+                                     seen=SeenFilter(config.bloom), epoch=7, gauges=FrontierGauges())
         self.rnd = random.Random(seed)
 
     def call(self, event: dict[str, Any], now: float) -> list[dict[str, Any]]:

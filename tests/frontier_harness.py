@@ -1,11 +1,13 @@
-"""A frontier for one host with dict-backed state, a simulated clock and timer (operators.frontier.HostFrontier),
+"""A frontier for one host with dict-backed state, a simulated clock and timer (operators.host_frontier.HostFrontier),
 shared by the frontier glue tests; and the stand-ins they use for Flink state and robots rules."""
 from __future__ import annotations
 
 import collections
 from collections.abc import Callable
 
-from operators.frontier import METRICS, HostFrontier
+from operators.frontier_config import HostFrontierConfig
+from operators.frontier_metrics import METRICS
+from operators.host_frontier import HostFrontier
 from udfs.frontier.policy import FrontierPolicy
 from udfs.frontier.rows import HostState
 from udfs.budgets import BudgetPolicy
@@ -77,11 +79,12 @@ class Harness:
         self.host_row, self.body, self.slots, self.urls = Value(), Value(), Map(), Map()
         self.counts: collections.Counter[str] = collections.Counter()
         self.parses = 0
+        self.config = HostFrontierConfig(policy=policy, politeness=politeness, robots_policy=robots_policy,
+                                         optout=optout or DEFAULT_OPTOUT_POLICY, soft404=soft404, budgets=budgets,
+                                         census=census, sitemaps=sitemaps)
         self._open = lambda: HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count,
-                                          parse or self._parse, policy, politeness, robots_policy,
-                                          controls=controls, soft404=soft404, budgets=budgets, census=census,
-                                          sitemaps=sitemaps, optout=optout or DEFAULT_OPTOUT_POLICY,
-                                          tdmrep_body=tdmrep_body)
+                                          parse or self._parse, self.config, tdmrep_body=tdmrep_body,
+                                          controls=controls)
         self.frontier = self._open()
         self.policy, self.politeness, self.robots_policy = policy, politeness, robots_policy
         self.census: list[tuple[float, dict]] = []   # questions to the domain census (decision 1811)

@@ -3,7 +3,7 @@ and is rebuilt from the URL table after a restart (a new run epoch with an empty
 epoch also names lease ids."""
 from __future__ import annotations
 
-from operators.frontier import HostFrontier
+from operators.host_frontier import HostFrontier
 from tests.frontier_harness import HOST, Harness
 from udfs.bloom import BloomPolicy, SeenFilter
 
@@ -28,7 +28,7 @@ def with_filter(h: Harness, epoch: int) -> None:
     """Give the harness's frontier a fresh filter for run `epoch`, keeping its state (a restart)."""
     old = h.frontier
     h.frontier = HostFrontier(old.host_row, old.robots_body, old.slots, old.urls, old.count, old.parse_rules,
-                              old.policy, old.politeness, old.robots_policy, controls=old.controls,
+                              old.config, controls=old.controls,
                               seen=SeenFilter(BloomPolicy(expected_urls=10_000)), epoch=epoch)
 
 

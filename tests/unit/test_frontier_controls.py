@@ -1,4 +1,4 @@
-"""Operator controls in the frontier glue (operators.frontier.HostFrontier + udfs.control_state):
+"""Operator controls in the frontier glue (operators.host_frontier.HostFrontier + udfs.control_state):
 blocking, pausing, rate limits and takedowns, applied to a simulated host with a simulated clock."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""operators.frontier.HostFrontier (the state glue of the keyed frontier) driven with dict-backed state.
+"""operators.host_frontier.HostFrontier (the state glue of the keyed frontier) driven with dict-backed state.
 
 A simulated host replays random event sequences through the same glue the Flink operator runs and
 checks §2 invariants 1-3 and 6 after every step: one request in flight, robots.txt first, disallowed
@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.frontier import HostFrontier
+from operators.host_frontier import HostFrontier
 from tests.frontier_harness import HOST, T0, Harness, Map, PrefixRules, Value
 from udfs.frontier.policy import FrontierPolicy
 from udfs.frontier.rows import Lease, UrlRecord, UrlStatus, signed_fp
@@ -290,8 +290,7 @@ def test_invariants_hold_for_random_event_sequences(actions):
 def test_with_the_real_robots_parser_rules_and_crawl_delay_apply():
     from udfs.robots import parse_robots
     h = Harness()
-    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots, h.policy,
-                              h.politeness, h.robots_policy)
+    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots, h.config)
     (robots,) = h.discover("/private/a", "/b")
     h.robots(robots, 200, b"User-agent: *\nDisallow: /private\nCrawl-delay: 4\n")
     assert h.state.crawl_delay == 4.0
@@ -317,8 +316,7 @@ def test_work_per_call_is_bounded_and_resumes_on_a_timer_at_once():
 def test_the_group_for_the_fetchers_own_user_agent_applies():
     from udfs.robots import parse_robots
     h = Harness()
-    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots, h.policy,
-                              h.politeness, h.robots_policy)
+    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots, h.config)
     (robots,) = h.discover("/a")
     h.robots(robots, 200, b"User-agent: *\nAllow: /\n\nUser-agent: FlinkCrawler\nDisallow: /a\n")
     assert h.advance(5) == [] and h.counts["dropped_robots_disallowed"] == 1

@@ -1,5 +1,5 @@
 """The tdmrep.json preflight (decision 1930): robots.txt → tdmrep.json → pages, per host and TTL, in the
-pure state machine (udfs.frontier), the keyed glue (operators.frontier.HostFrontier) and the
+pure state machine (udfs.frontier), the keyed glue (operators.host_frontier.HostFrontier) and the
 crawl.frontier contract (udfs.records)."""
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def _tdmrep(h: Harness, request: dict, http_status: int | None = 200, body: byte
 
 
 def test_the_frontier_leases_the_file_after_robots_and_puts_its_verdict_on_pages(monkeypatch):
-    import operators.frontier as frontier
+    import operators.host_frontier as frontier
     parses = []
     monkeypatch.setattr(frontier, "parse_tdmrep", lambda body, policy: parses.append(body) or
                         __import__("udfs.optout", fromlist=["x"]).parse_tdmrep(body, policy))
@@ -240,8 +240,8 @@ def test_an_expired_tdmrep_lease_releases_the_pages():
 
 
 def test_the_flink_shell_fetches_the_file_only_with_the_jobs_optout_section():
-    assert FrontierFunction().optout.tdmrep_fetched is False          # scripted test harnesses
-    assert FrontierFunction(optout=OptOutPolicy()).optout.tdmrep_fetched is True
+    assert FrontierFunction().config.optout.tdmrep_fetched is False          # scripted test harnesses
+    assert FrontierFunction(optout=OptOutPolicy()).config.optout.tdmrep_fetched is True
 
 
 def test_a_429_on_tdmrep_json_holds_the_host_for_its_retry_after_counted_from_the_answer():

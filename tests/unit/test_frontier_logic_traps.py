@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from operators.frontier import METRICS
+from operators.frontier_metrics import METRICS
 from tests.frontier_harness import HOST, Harness
 from udfs.frontier import admission
 from udfs.frontier.policy import DEFAULT_FRONTIER_POLICY, FrontierPolicy

@@ -11,7 +11,9 @@ from __future__ import annotations
 import collections
 import dataclasses
 
-from operators.frontier import METRICS, HostFrontier
+from operators.frontier_config import HostFrontierConfig
+from operators.frontier_metrics import METRICS
+from operators.host_frontier import HostFrontier
 from tests.unit.test_frontier_logic import HOST, NOW, P, admitted, completion, item, known, leased, robots_leased
 from tests.unit.test_frontier_logic import PrefixRules as AllowAll
 from tests.frontier_harness import Map, PrefixRules, Value
@@ -140,7 +142,9 @@ class Subtask:
     def open(self, epoch: int) -> None:
         self.counts.clear()   # a new run's counters start at zero
         self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, PrefixRules,
-                                     FrontierPolicy(lease_timeout_s=30), self.politeness, epoch=epoch)
+                                     HostFrontierConfig(policy=FrontierPolicy(lease_timeout_s=30),
+                                                        politeness=self.politeness),
+                                     epoch=epoch)
 
     def _count(self, name: str) -> None:
         assert name in METRICS, name

@@ -1,6 +1,6 @@
 """Recrawl in the running frontier (issue #6 wiring, issue #7 gauges; decisions 1110-1114).
 
-operators.frontier.HostFrontier driven with dict-backed state, a simulated clock and simulated
+operators.host_frontier.HostFrontier driven with dict-backed state, a simulated clock and simulated
 timers, as in tests/frontier_harness.py, plus the due buckets and their timers.
 """
 from __future__ import annotations
@@ -12,7 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from operators.frontier import GAUGES, METRICS, FrontierGauges, HostFrontier
+from operators.frontier_config import HostFrontierConfig
+from operators.frontier_gauges import GAUGES, FrontierGauges
+from operators.frontier_metrics import METRICS
+from operators.host_frontier import HostFrontier
 from udfs.warc_capture import bundle_records, capture_of
 from tests.frontier_harness import HOST, T0, Map, Value
 from udfs.frontier import rows
@@ -50,8 +53,10 @@ class Harness:
         self.counts: collections.Counter[str] = collections.Counter()
         self.gauges = gauges
         self.frontier = HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count, self._parse,
-                                     policy, PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.1),
-                                     due=self.due, recrawl=recrawl, gauges=gauges, epoch=epoch)
+                                     HostFrontierConfig(policy=policy, recrawl=recrawl,
+                                                        politeness=PolitenessPolicy(default_delay_s=1.0,
+                                                                                    min_delay_s=0.1)),
+                                     due=self.due, gauges=gauges, epoch=epoch)
 
     def _count(self, name: str) -> None:
         assert name in METRICS, name

@@ -16,7 +16,7 @@ def sessions(h: Harness, path: str, ids: range) -> None:
 
 def test_a_rejected_session_path_stays_most_recently_used():
     h = Harness(policy=FrontierPolicy(max_queue=1000))
-    h.frontier.traps = replace(TrapPolicy(), session_keys_per_host=2)
+    h.frontier.config = replace(h.frontier.config, traps=replace(TrapPolicy(), session_keys_per_host=2))
     sessions(h, "/a", range(4))            # 3 admitted, the 4th is churn
     sessions(h, "/b", range(1))
     sessions(h, "/a", range(10, 11))       # churn again: /a becomes the most recently used key
@@ -26,7 +26,7 @@ def test_a_rejected_session_path_stays_most_recently_used():
 
 def test_forgotten_paths_keep_their_count_across_row_writes():
     h = Harness(policy=FrontierPolicy(max_queue=1000))
-    h.frontier.traps = replace(TrapPolicy(), session_keys_per_host=1)
+    h.frontier.config = replace(h.frontier.config, traps=replace(TrapPolicy(), session_keys_per_host=1))
     sessions(h, "/a", range(3))
     sessions(h, "/b", range(1))            # /a leaves the entries and is counted from now on
     assert h.state.trap_summary.counted    # read back from the stored row

@@ -277,18 +277,20 @@ def test_meta_pairs_are_read_like_a_mapping_and_the_last_tdm_value_wins():
     assert decide(URL, meta=pairs).reasons == ("meta gptbot: noai",)
 
 
-# --- the frontier (operators.frontier.HostFrontier) puts the verdict on the page's FetchRequest -----
+# --- the frontier (operators.host_frontier.HostFrontier) puts the verdict on the page's FetchRequest -----
 
 AI_ROBOTS = b"User-agent: *\nDisallow: /private/\n\nUser-agent: GPTBot\nUser-agent: CCBot\nDisallow: /news/\n"
 
 
 def _frontier(optout: OptOutPolicy = OptOutPolicy()):
-    from operators.frontier import HostFrontier
+    from operators.frontier_config import HostFrontierConfig
+    from operators.host_frontier import HostFrontier
     from tests.frontier_harness import Harness
     from udfs.politeness import PolitenessPolicy
     h = Harness(politeness=PolitenessPolicy(default_delay_s=0.5, min_delay_s=0.0))
-    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots, h.policy,
-                              h.politeness, h.robots_policy, optout=optout)
+    h.frontier = HostFrontier(h.host_row, h.body, h.slots, h.urls, h._count, parse_robots,
+                              HostFrontierConfig(policy=h.policy, politeness=h.politeness,
+                                                 robots_policy=h.robots_policy, optout=optout))
     return h
 
 

@@ -9,7 +9,9 @@ import random
 
 import pytest
 
-from operators.frontier import METRICS, HostFrontier
+from operators.frontier_config import HostFrontierConfig
+from operators.frontier_metrics import METRICS
+from operators.host_frontier import HostFrontier
 from tests.frontier_harness import T0, PrefixRules
 from udfs.frontier.policy import FrontierPolicy
 from udfs.politeness import PolitenessPolicy
@@ -193,8 +195,10 @@ class Subtask:
         self.counts: collections.Counter[str] = collections.Counter()
         self.frontier = HostFrontier(self.keyed.value("host"), self.keyed.value("robots"), self.keyed.map(),
                                      self.keyed.map(), self._count, PrefixRules,
-                                     FrontierPolicy(lease_timeout_s=60),
-                                     PolitenessPolicy(default_delay_s=1.0, min_delay_s=0.1), budget=budget)
+                                     HostFrontierConfig(policy=FrontierPolicy(lease_timeout_s=60),
+                                                        politeness=PolitenessPolicy(default_delay_s=1.0,
+                                                                                    min_delay_s=0.1)),
+                                     budget=budget)
         self.hosts = [f"h{n}.example" for n in range(hosts)]
         self.timers: list[tuple[int, str]] = []
         self.registered: dict[str, int] = {}
@@ -280,7 +284,7 @@ def test_with_a_bound_hosts_wait_in_the_frontier_and_no_lease_expires():
 
 
 def test_the_budget_levels_follow_the_budget_as_it_changes():
-    from operators.frontier import BUDGET_GAUGES, budget_level
+    from operators.frontier_gauges import BUDGET_GAUGES, budget_level
     budget = ReleaseBudget(20.0, floor=4, ceiling=1_000, now=T0, max_lag_s=3_600.0)
     assert BUDGET_GAUGES == ("leases_out", "leases_cap", "completions_per_min", "discovery_lag_s", "backlog_braked")
     assert [budget_level(budget, n, T0) for n in BUDGET_GAUGES] == [0, 4, 0, 0, 0]

@@ -300,7 +300,21 @@ def _waiting(lanes: tuple[tuple[int, int], ...]) -> int:
 
 @dataclass(frozen=True)
 class HostState:
-    """The host row. `queues[p] = (head, tail)`: slots head..tail-1 of priority p hold queued URLs."""
+    """The host row. `queues[p] = (head, tail)`: slots head..tail-1 of priority p hold queued URLs.
+
+    The fields by concern (`to_row` writes them by name, so their order here is not the row's):
+    - the host: `scheme`, `ip` (the server address of its last fetch);
+    - robots.txt: `robots`, `robots_expires_at`, `robots_failures`, `robots_retry_at`, `crawl_delay`;
+    - pacing: `next_allowed_at`, `backoff_s`, `timer_ms` (the one politeness timer);
+    - the lease: `lease`, `lease_seq`;
+    - the queues: `queues`, `url_count`, `draws`, `oldest_due`;
+    - traps: `trap_summary`, `growth_since`, `growth_urls`;
+    - this run's transient structures: `bloom_epoch` (the seen-URL filter), `gauge_epoch` (the gauges);
+    - content signals: `quality` (duplicates), `signals` (recrawl statistics), `parse_strikes`;
+    - opt-out and soft 404: `tdmrep_expires_at`, `tdmrep_found`, `probe`;
+    - budgets and importance: `budget`, `domain`, `census_at`, `seeded`, `min_depth`, `inlinks`,
+      `lists_sitemap`.
+    """
 
     scheme: str = "http"
     robots: Robots = Robots.NONE
