@@ -189,7 +189,7 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
         key_type=Types.STRING(), value_type=EVENT_TYPE)
     requests = attach_frontier(events, broadcast_controls(valid_controls), frontier, EVENT_TYPE)
     # Each host's share of its domain's budget (decision 1811): the census answers on crawl.outcomes.
-    census = [attach_census(requests.get_side_output(CENSUS_TAG), TRIPLE_TYPE)] if frontier.census else []
+    census = [attach_census(requests.get_side_output(CENSUS_TAG), TRIPLE_TYPE)] if frontier.config.census_on else []
     # A robots.txt that lists a sitemap on another host sends it to that host's key (decision 1812).
     for_other_hosts = requests.get_side_output(FRONTIER_EVENTS_TAG)
 
