@@ -17,7 +17,7 @@ UV     := $(UV_HOME)/bin/uv
 # test network reaches no registry (tests/integration/test_wheel_install.py).
 WHEELHOUSE := .cache/wheelhouse
 
-.PHONY: install wheelhouse lock test test-unit test-integration demo bench bench-udfs bench-crawl bench-state bench-freshness clean
+.PHONY: install wheelhouse pywb-wheels lock test test-unit test-integration demo bench bench-udfs bench-crawl bench-state bench-freshness clean
 
 install: $(STAMP)
 
@@ -48,6 +48,26 @@ $(WHEELHOUSE)/.stamp: pyproject.toml $(LOCK) | install
 	    -r $(WHEELHOUSE)/runtime.txt
 	@touch $@
 
+# pywb 2.10.0 and every package it pulls in, pinned, as wheels for the test that replays a crawl through
+# pywb in a venv of its own (tests/integration/test_pywb_replay.py; decision 3865). surt comes only as a
+# source distribution: built into a wheel here with the lock's setuptools. Downloaded again when the pins change.
+PYWB_WHEELS := .cache/pywb-wheels
+PYWB_PINS := pywb==2.10.0 surt==0.3.1 warcio==1.8.1 brotlipy==0.7.0 certauth==1.3.0 certifi==2026.10.19.post1 \
+    cffi==2.1.1 charset-normalizer==3.5.3 cryptography==47.0.0 defusedxml==0.7.1 fakeredis==0.16.0 \
+    filelock==4.3.2 gevent==26.9.0 greenlet==3.5.6 idna==3.21 Jinja2==3.1.6 MarkupSafe==3.0.4 \
+    portalocker==4.4.2 Py3AMF==0.9.1 pycparser==3.12 pyOpenSSL==26.1.0 python-dateutil==4.0.0 PyYAML==6.0.4 \
+    redis==2.10.6 requests==2.34.2 requests-file==3.0.1 six==1.17.0 tldextract==5.4.0 \
+    typing_extensions==4.16.0 tzdata==2026.6 ua-parser==1.0.2 ua-parser-builtins==202610 urllib3==2.8.0 \
+    webassets==2.0 webencodings==0.6.1 Werkzeug==3.1.7 wsgiprox==1.5.2 zope.event==6.2 zope.interface==8.7
+
+pywb-wheels: | install
+	@if [ "$$(cat $(PYWB_WHEELS)/.stamp 2>/dev/null)" != "$(PYWB_PINS)" ]; then \
+	    set -e; rm -rf $(PYWB_WHEELS); mkdir -p $(PYWB_WHEELS); \
+	    printf '%s\n' $(PYWB_PINS) > $(PYWB_WHEELS)/requirements.txt; \
+	    set -x; $(PY) -m pip wheel -q --no-deps --build-constraint $(LOCK) -w $(PYWB_WHEELS) \
+	        -r $(PYWB_WHEELS)/requirements.txt; set +x; \
+	    echo "$(PYWB_PINS)" > $(PYWB_WHEELS)/.stamp; fi
+
 lock: $(UV)
 	printf '%s\n' $(LOCK_TOOLS) | $(UV) pip compile pyproject.toml - --extra test --universal \
 	    --python-version 3.11 --generate-hashes --custom-compile-command 'make lock' --quiet $(LOCK_FLAGS) -o $(LOCK)
@@ -57,13 +77,13 @@ $(UV):
 	$(UV_HOME)/bin/pip install -q uv==$(UV_VERSION)
 
 # Every test, inside a loopback-only network namespace (see scripts/in-netns.sh).
-test: install wheelhouse
+test: install wheelhouse pywb-wheels
 	scripts/in-netns.sh $(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: install
 	scripts/in-netns.sh $(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: install wheelhouse
+test-integration: install wheelhouse pywb-wheels
 	scripts/in-netns.sh $(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 demo: install

@@ -239,11 +239,44 @@ class FlinkCluster:
     def stop(self, timeout_s: float = 30.0) -> list[str]:
         """Stop the TaskManagers, then the JobManager we started; returns the names stopped. TaskManagers
         of an earlier start with more of them (their pid files are here) are stopped too."""
+        return [d.name for d in (*self._every_taskmanager(), self.jobmanager) if d.stop(timeout_s)]
+
+    def restart_taskmanagers(self, timeout_s: float = 120.0) -> int:
+        """Stop every TaskManager this state folder started and start each again, so that the next job
+        imports its code afresh: a TaskManager's embedded interpreter (thread mode) keeps the modules it
+        imported for as long as its JVM lives. Returns how many were restarted; 0 when none of ours
+        runs (a cluster started elsewhere, whose TaskManagers this cannot restart)."""
+        running = [d for d in self._every_taskmanager() if d.pid() is not None]
+        if not running:
+            return 0
+        others = self.registered_taskmanagers() - len(running)
+        for daemon in running:
+            daemon.stop()
+        deadline = time.monotonic() + timeout_s
+        while self.registered_taskmanagers() > max(others, 0):
+            if time.monotonic() > deadline:
+                raise FlinkClusterError(f"TaskManagers still registered {timeout_s} s after they stopped")
+            time.sleep(0.5)
+        for daemon in running:
+            daemon.spawn([str(self.home / "bin" / "taskmanager.sh"), "start-foreground"], env=self.env(),
+                         cwd=self.state_dir)
+        while self.registered_taskmanagers() < max(others, 0) + len(running):
+            if time.monotonic() > deadline:
+                raise FlinkClusterError(f"TaskManagers not registered again after {timeout_s} s; "
+                                        f"see {self.state_dir / 'log'}")
+            for daemon in running:
+                if daemon.pid() is None:
+                    raise FlinkClusterError(f"{daemon.name} exited while starting; see {self.state_dir / 'log'}")
+            time.sleep(0.5)
+        return len(running)
+
+    def _every_taskmanager(self) -> list[Daemon]:
+        """This cluster's TaskManagers and those of an earlier start with more of them (pid files here)."""
         run, log = self.state_dir / "run", self.state_dir / "log"
         known = {d.pid_file for d in self.taskmanagers}
         extra = [Daemon(f"flink-{path.stem}", path, log / f"{path.stem}.console")
                  for path in sorted(run.glob("taskmanager-*.pid")) if path not in known]
-        return [d.name for d in (*self.taskmanagers, *extra, self.jobmanager) if d.stop(timeout_s)]
+        return [*self.taskmanagers, *extra]
 
     def overview(self, timeout_s: float = 5.0) -> dict[str, object] | None:
         """The REST API's /overview (taskmanagers, slots, jobs running...), or None if nothing answers."""

@@ -38,6 +38,7 @@ from udfs.jobconfig import JOB_ARGS_KEY
 JOB_FILE = ROOT / "jobs" / "crawl.py"
 _JOB_ID = re.compile(r"JobID ([0-9a-f]{32})")
 _SAVEPOINT = re.compile(r"Savepoint completed\. Path: (\S+)")
+_ENDED_STATES = frozenset({"FINISHED", "CANCELED", "FAILED"})   # a job in any other state holds TaskManagers
 
 
 class UpgradeError(RuntimeError):
@@ -198,6 +199,7 @@ def upgrade(cluster: FlinkCluster, *, job_id: str | None = None, overrides: Sequ
     check_retention(args, config, accept=accept_retention_gap, progress=progress,
                     doing=f"job {old} is stopped and its state is in {savepoint}; nothing was started. "
                           f"Start it with `crawler restore {savepoint} --job-id {old}`")
+    fresh_taskmanagers(cluster, progress)
     run = run_command(cluster.home / "bin" / "flink", args, savepoint,
                       allow_non_restored_state=allow_non_restored_state)
     started = subprocess.run(run, env=cluster.env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
@@ -210,6 +212,22 @@ def upgrade(cluster: FlinkCluster, *, job_id: str | None = None, overrides: Sequ
     return Upgrade(old_job=old, savepoint=savepoint, new_job=new)
 
 
+def fresh_taskmanagers(cluster: FlinkCluster, progress: Callable[[str], None]) -> None:
+    """Restart the local stack's TaskManagers before a job of new code starts on them: their embedded
+    interpreter (thread-mode operators) keeps the modules an earlier job imported, so without a restart
+    those operators would run the old code, or fail on a mix of old and new. A cluster started elsewhere,
+    or one where another job still runs, is told about, not touched."""
+    busy = [job["jid"] for job in (cluster.rest("/jobs/overview") or {}).get("jobs", [])
+            if job.get("state") not in _ENDED_STATES]
+    restarted = 0 if busy else cluster.restart_taskmanagers()
+    if restarted:
+        progress(f"restarted {restarted} TaskManager(s): the new job imports its code afresh")
+        return
+    why = f"job(s) {', '.join(busy)} still run on them" if busy else "`crawler up` did not start them"
+    progress(f"warning: the TaskManagers were not restarted ({why}); if the code changed, restart them before "
+             f"the new job runs (thread-mode operators keep the modules they imported)")
+
+
 def restore(cluster: FlinkCluster, path: str, args: Sequence[str], *, accept_retention_gap: bool = False,
             allow_non_restored_state: bool = False, progress: Callable[[str], None] = print,
             timeout_s: float = 300.0) -> str:
@@ -220,6 +238,7 @@ def restore(cluster: FlinkCluster, path: str, args: Sequence[str], *, accept_ret
     check_retention(args, config, accept=accept_retention_gap, doing="nothing was started", progress=progress)
     if cluster.rest("/jobs/overview") is None:
         raise UpgradeError(f"no Flink cluster answers on {cluster.rest_url} (`crawler up`?)")
+    fresh_taskmanagers(cluster, progress)
     run = run_command(cluster.home / "bin" / "flink", args, path, allow_non_restored_state=allow_non_restored_state)
     started = subprocess.run(run, env=cluster.env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
     new = job_id_of(started.stdout + started.stderr)
