@@ -21,8 +21,10 @@ import base64
 import contextlib
 import dataclasses
 import itertools
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -116,7 +118,8 @@ class Browser:
         if self.binary is None:
             raise BrowserUnavailable(f"no Chromium on PATH (looked for {', '.join(CHROMIUM_BINARIES)}); "
                                      f"install Debian's chromium")
-        self._profile = tempfile.TemporaryDirectory(prefix="crawler-chromium-")
+        # Chromium's helper processes may still write to the profile as it goes: its removal never fails a render.
+        self._profile = tempfile.TemporaryDirectory(prefix="crawler-chromium-", ignore_cleanup_errors=True)
         args = [self.binary, "--headless=new", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1",
                 f"--user-data-dir={self._profile.name}", "--no-first-run", "--no-default-browser-check",
                 "--disable-gpu", "--disable-dev-shm-usage", "--disable-extensions", "--disable-sync",
@@ -125,7 +128,9 @@ class Browser:
                 # A proxy that does not exist: a request that escaped interception fails here.
                 "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
                 f"--js-flags=--max-old-space-size={self.memory_mb}", "about:blank"]
-        self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # A session of its own, so closing ends the browser's helper processes (zygote, renderers) with it.
+        self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      start_new_session=True)
         url = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, self._devtools_url),
                                      timeout_s)
         self._http = aiohttp.ClientSession()
@@ -153,11 +158,11 @@ class Browser:
         if self._http is not None:
             await self._http.close()
         if self._proc is not None:
-            self._proc.terminate()
+            _signal_group(self._proc, signal.SIGTERM)
             try:
                 self._proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self._proc.kill()
+                _signal_group(self._proc, signal.SIGKILL)
                 self._proc.wait()
         if self._profile is not None:
             self._profile.cleanup()
@@ -321,6 +326,12 @@ class _PageRender:
         with contextlib.suppress(RuntimeError):
             await self.browser.call("Fetch.failRequest", {"requestId": request_id, "errorReason": "BlockedByClient"},
                                     self.session)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    """Send `signum` to the browser's whole process group (gone already: nothing to do)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signum)
 
 
 def _discard(stream: Any) -> None:

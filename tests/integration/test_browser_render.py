@@ -110,5 +110,7 @@ def test_a_render_stops_at_its_budget_of_requests(served):
     server, web = served
     host = next(h for h in web.hosts if h.spa)
     url = f"http://{host.name}:{server.port}/"
-    _, result, asked = render_page(server, url, RenderPolicy(enabled=True, max_subresources=2, settle_ms=300))
-    assert len(asked) == 2 and result.outcomes()["budget"] >= 1
+    # The style sheet and the script are both asked for before the load event: one is fetched, the other
+    # refused, whatever their order.
+    _, result, asked = render_page(server, url, RenderPolicy(enabled=True, max_subresources=1, settle_ms=300))
+    assert len(asked) == 1 and result.outcomes()["budget"] >= 1, (asked, result.outcomes())
