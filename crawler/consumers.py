@@ -44,6 +44,7 @@ from udfs.minhash import MinHashPolicy
 from udfs.records import TOPIC_CONTROL, ContractError
 from udfs.storage import is_s3_root
 from udfs.warc import WarcPolicy
+from udfs.warc_names import index_name
 
 DEFAULT_BOOTSTRAP = f"127.0.0.1:{StackConfig().kafka_port}"
 _HOST_PORT = re.compile(r"[^\s,:]+:\d{1,5}")
@@ -261,7 +262,7 @@ def _cmd_warc_compact(args: argparse.Namespace) -> int:
     for warc in chosen:
         ours = [t for t in tombstones if t.warc == warc and not t.compacted]
         path = root.path / warc
-        result = compact_warc(path, path.with_name(path.name.replace(".warc.gz", ".cdxj")), {t.url for t in ours})
+        result = compact_warc(path, path.with_name(index_name(path.name)), {t.url for t in ours})
         tombstones = mark_compacted(tombstones, warc)
         save_tombstones(root, tombstones)
         _audit_compaction(audit, warc, ours, result.records_dropped)

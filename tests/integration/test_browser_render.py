@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import aiohttp
@@ -82,7 +81,7 @@ def test_an_app_page_renders_with_every_link_and_every_request_through_the_calle
     assert sorted(unquote(r["path"]) for r in requests) == sorted(unquote(p) for p in [page.path, *made])
 
 
-def test_images_and_other_sites_scripts_are_refused_without_a_request(served, tmp_path):
+def test_images_and_other_sites_scripts_are_refused_without_a_request(served):
     server, web = served
     host = next(h for h in web.hosts if not h.spa)
     other = next(h for h in web.hosts if h.name.split(".", 1)[1] != host.name.split(".", 1)[1])
@@ -90,7 +89,6 @@ def test_images_and_other_sites_scripts_are_refused_without_a_request(served, tm
     document = Fetched(200, (("Content-Type", "text/html"),), (
         f'<html><body><img src="/logo.png"><script src="http://{other.name}:{server.port}/lib.js"></script>'
         f'<script src="https://www.google-analytics.com/analytics.js"></script><p>plain</p></body></html>').encode())
-    addresses = host_map(server)
     asked: list[str] = []
 
     async def go():
@@ -103,7 +101,6 @@ def test_images_and_other_sites_scripts_are_refused_without_a_request(served, tm
     result = asyncio.run(go())
     assert asked == [] and "plain" in result.dom
     assert result.outcomes() == {"type": 1, "third_party": 1, "tracker": 1}
-    del addresses
 
 
 def test_a_render_stops_at_its_budget_of_requests(served):
