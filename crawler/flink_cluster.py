@@ -50,8 +50,15 @@ _COPIED_CONF = ("log4j.properties", "log4j-cli.properties", "log4j-console.prope
                 "log4j-session.properties", "logback.xml", "logback-console.xml", "logback-session.xml")
 
 
-# Set by pyflink.find_flink_home in any process that started a PyFlink gateway.
-_FOREIGN_FLINK_ENV = ("FLINK_HOME", "FLINK_LIB_DIR", "FLINK_PLUGINS_DIR", "FLINK_OPT_DIR", "FLINK_BIN_DIR")
+# Set in any process that ran PyFlink in-process (a test session, a notebook): find_flink_home's
+# paths into the pip distribution, and the variables of a local job's Python side. Inherited by a
+# TaskManager, PYTHON_LOOPBACK_SERVER_ADDRESS makes its process-mode operators run their Python
+# functions in that process's loopback worker pool, with that process's modules, instead of workers
+# of their own (decision 3855); `python` picks the interpreter of pyflink-udf-runner.sh.
+_FOREIGN_FLINK_ENV = ("FLINK_HOME", "FLINK_LIB_DIR", "FLINK_PLUGINS_DIR", "FLINK_OPT_DIR", "FLINK_BIN_DIR",
+                      "PYTHON_LOOPBACK_SERVER_ADDRESS", "PYFLINK_GATEWAY_DISABLED", "PYFLINK_GATEWAY_PORT",
+                      "_PYFLINK_CONN_INFO_PATH", "SEMI_PERSISTENT_DIRECTORY", "_PYTHON_WORKER_MEMORY_LIMIT",
+                      "TABLE_LOCAL_TIME_ZONE", "python")
 
 
 class FlinkClusterError(RuntimeError):
@@ -198,7 +205,8 @@ class FlinkCluster:
                    FLINK_PID_DIR=str(self.state_dir / "run"))
         # A FLINK_HOME from the caller's shell would point the scripts at another distribution, and a
         # process that has used PyFlink in-process (a test session) carries FLINK_LIB_DIR and friends
-        # aimed at the pip distribution's lib/, which lacks the Kafka connector.
+        # aimed at the pip distribution's lib/, which lacks the Kafka connector, and the address of its
+        # own Python worker pool, which a TaskManager would hand its jobs' functions to.
         for name in _FOREIGN_FLINK_ENV:
             env.pop(name, None)
         return env

@@ -258,20 +258,28 @@ class ClusterCrawl:
         """Start the web and submit jobs/crawl.py (as `crawler crawl` does); send the seeds. `overrides`
         (config `key=value`) come after the test's own."""
         self.web.start()
-        spec = RunSpec(seeds=[], out=self.work, host_map=self.web.host_map, allow_networks=["127.0.0.0/8"],
-                       deny_networks=["127.255.0.0/16"], config_file=None, duration_s=None, overrides=[
-                           f"job.parallelism={parallelism}", f"job.checkpoint_interval_ms={CHECKPOINT_MS}",
-                           'job.writer_slot_group=""', 'job.parse_slot_group=""',
-                           f'job.group_id="recovery-{uuid.uuid4().hex[:8]}"', "job.bundle_time_ms=50",
-                           f"politeness.default_delay_s={self.delay_s}", f"politeness.min_delay_s={self.delay_s}",
-                           "frontier.lease_timeout_s=15.0", "fetch.total_timeout_s=5.0",
-                           "fetch.first_byte_timeout_s=3.0", *overrides])
+        spec = self.run_spec(parallelism, overrides, "recovery")
         self.start_ms = int(time.time() * 1000)
         stack = SimpleNamespace(flink=self.cluster, kafka=self.broker)
         self.job_id = submit(stack, spec, self.start_ms, job_name="crawl recovery-test")  # type: ignore[arg-type]
+        self.send_seeds()
+        return self.job_id
+
+    def run_spec(self, parallelism: int, overrides: tuple[str, ...], group: str) -> RunSpec:
+        """The crawl's settings: the web's host map, loopback only, `parallelism`, checkpoints every
+        CHECKPOINT_MS, a fresh consumer group named after `group`, the web's delay; `overrides` last."""
+        return RunSpec(seeds=[], out=self.work, host_map=self.web.host_map, allow_networks=["127.0.0.0/8"],
+                       deny_networks=["127.255.0.0/16"], config_file=None, duration_s=None, overrides=[
+                           f"job.parallelism={parallelism}", f"job.checkpoint_interval_ms={CHECKPOINT_MS}",
+                           'job.writer_slot_group=""', 'job.parse_slot_group=""',
+                           f'job.group_id="{group}-{uuid.uuid4().hex[:8]}"', "job.bundle_time_ms=50",
+                           f"politeness.default_delay_s={self.delay_s}", f"politeness.min_delay_s={self.delay_s}",
+                           "frontier.lease_timeout_s=15.0", "fetch.total_timeout_s=5.0",
+                           "fetch.first_byte_timeout_s=3.0", *overrides])
+
+    def send_seeds(self) -> None:
         events, _ = seed_events(self.web.seeds.read_text().split())
         kafka_io.produce(self.broker.bootstrap, TOPIC_FRONTIER, events)
-        return self.job_id
 
     def stop(self) -> None:
         if self.job_id and job_overview(self.cluster, self.job_id).get("state") == "RUNNING":

@@ -154,6 +154,25 @@ def test_each_taskmanager_has_its_own_pid_file_and_the_first_keeps_the_old_names
     assert len(FlinkCluster(tmp_path).taskmanagers) == 1
 
 
+def test_the_cluster_environment_drops_what_an_in_process_pyflink_left(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    # A process that ran a local PyFlink job (a test session) carries its Python worker pool's address:
+    # a TaskManager that inherited it would run its jobs' Python functions in that process.
+    from crawler.flink_cluster import FlinkCluster
+
+    left = {"PYTHON_LOOPBACK_SERVER_ADDRESS": "localhost:46747", "PYFLINK_GATEWAY_DISABLED": "true",
+            "_PYFLINK_CONN_INFO_PATH": "/tmp/x", "SEMI_PERSISTENT_DIRECTORY": "/tmp",
+            "_PYTHON_WORKER_MEMORY_LIMIT": "67108864", "FLINK_HOME": "/venv/pyflink",
+            "FLINK_LIB_DIR": "/venv/pyflink/lib", "python": "/venv/bin/python"}
+    for name, value in left.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("CRAWLER_KEEP_ME", "1")
+    cluster = FlinkCluster(tmp_path)
+    env = cluster.env()
+    assert not set(left) & set(env), set(left) & set(env)
+    assert env["CRAWLER_KEEP_ME"] == "1" and env["FLINK_CONF_DIR"] == str(cluster.conf_dir)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"taskmanagers": 0}, "at least one TaskManager"),
     ({"settings": {"bad key: x\nother": "1"}}, "dotted words"),
