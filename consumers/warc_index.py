@@ -5,9 +5,15 @@ captures up by binary search and need one index sorted by key (SURT) and timesta
 takes every file's index, drops the lines a crash tore and the captures a takedown tombstoned (their
 files may not be compacted yet), and sorts the rest as `LC_ALL=C sort -u` would. Its `filename`
 fields stay relative to the root, so the index sits at the root's top beside `crawl/`.
+
+The merged index is for replay, so a server-not-modified revisit's line points at the capture it
+stands for (`resolve_not_modified`): a replay tool answers a revisit archived as a 304 with an empty
+304, as it does any 3xx revisit (pywb's ResolvingLoader), which is not the page as it was then. The
+per-file indexes stay exact, one line a record (decision 3904).
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Final
 
@@ -35,7 +41,41 @@ def merged_index(indexes: Iterable[tuple[str, str]], tombstoned: set[tuple[str, 
             else:
                 kept.add(line.strip())
     counts["lines"] = len(kept)
-    return "".join(line + "\n" for line in sorted(kept, key=lambda line: line.encode("utf-8"))), counts
+    lines, counts["resolved"] = resolve_not_modified(sorted(kept, key=lambda line: line.encode("utf-8")))
+    return "".join(line + "\n" for line in lines), counts
+
+
+def resolve_not_modified(lines: list[str]) -> tuple[list[str], int]:
+    """Sorted CDXJ lines with each server-not-modified revisit (a `warc/revisit` line whose status is
+    304) pointed at the capture it stands for, and how many were: the latest earlier line of the same
+    key and digest that replays with a body (a response, or an identical-payload revisit, not a 3xx).
+    The line keeps its key, timestamp and url, takes that capture's fields (mime, status, filename,
+    offset, length), and keeps its own record as `revisit.filename`, `revisit.offset` and
+    `revisit.length`. A revisit whose capture is not in the index (another crawl's, retired, taken
+    down) stays as it is."""
+    replayable: dict[tuple[str, str], dict] = {}    # (key, digest) → fields of the latest such line
+    resolved_lines, resolved = [], 0
+    for line in lines:
+        key, timestamp, body = line.split(" ", 2)
+        try:
+            fields = json.loads(body)
+        except ValueError:
+            resolved_lines.append(line)
+            continue
+        digest = fields.get("digest")
+        status = str(fields.get("status", ""))
+        original = replayable.get((key, digest)) if digest else None
+        if fields.get("mime") == "warc/revisit" and status == "304" and original is not None:
+            pointed = {**original, "url": fields.get("url", original.get("url")),
+                       "revisit.filename": fields.get("filename"), "revisit.offset": fields.get("offset"),
+                       "revisit.length": fields.get("length")}
+            resolved_lines.append(f"{key} {timestamp} {json.dumps(pointed)}")
+            resolved += 1
+            continue
+        if digest and not status.startswith("3"):
+            replayable[(key, digest)] = fields
+        resolved_lines.append(line)
+    return resolved_lines, resolved
 
 
 def write_index(root: Root, name: str = INDEX_NAME) -> dict[str, int]:

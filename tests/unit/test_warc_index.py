@@ -8,7 +8,7 @@ import sys
 
 from consumers.roots import LocalRoot
 from consumers.tombstones import apply_to_archive, parse_cdxj_line
-from consumers.warc_index import INDEX_NAME, merged_index, write_index
+from consumers.warc_index import INDEX_NAME, merged_index, resolve_not_modified, write_index
 from crawler.cli import main
 from tests.unit.test_tombstones import URLS, ids, indexes, write_archive
 from udfs.control import takedown
@@ -24,7 +24,7 @@ def test_the_merged_index_is_sorted_as_c_locale_sort_and_holds_every_capture_onc
                                env={"LC_ALL": "C"}, check=True).stdout.splitlines()
     assert lines == by_c_sort
     assert sorted(parse_cdxj_line(line).url for line in lines) == sorted(URLS)
-    assert counts == {"files": len(parts) + 1, "lines": len(URLS), "tombstoned": 0, "torn": 0}
+    assert counts == {"files": len(parts) + 1, "lines": len(URLS), "tombstoned": 0, "torn": 0, "resolved": 0}
 
 
 def test_torn_lines_and_tombstoned_captures_are_left_out(tmp_path):
@@ -48,6 +48,39 @@ def test_the_command_writes_the_index_at_the_root_without_what_a_takedown_covers
     urls = [parse_cdxj_line(line).url for line in (tmp_path / INDEX_NAME).read_text().splitlines()]
     assert "http://site.test/secret" not in urls and len(urls) == len(URLS) - 1
     assert write_index(LocalRoot(tmp_path)) == {k: v for k, v in printed.items() if k != "index"}
+
+
+def _line(key: str, timestamp: str, **fields: str) -> str:
+    return f"{key} {timestamp} {json.dumps(fields)}"
+
+
+def test_a_server_not_modified_revisit_points_at_the_capture_it_stands_for_and_keeps_its_own_record():
+    page = _line("test,a)/p", "20260101000000", url="http://a.test/p", mime="text/html", status="200",
+                 digest="sha1:AAA", length="900", offset="0", filename="crawl/1.warc.gz")
+    changed = _line("test,a)/p", "20260102000000", url="http://a.test/p", mime="text/html", status="200",
+                    digest="sha1:BBB", length="950", offset="900", filename="crawl/1.warc.gz")
+    not_modified = _line("test,a)/p", "20260103000000", url="http://a.test/p", mime="warc/revisit",
+                         status="304", digest="sha1:AAA", length="500", offset="70", filename="crawl/2.warc.gz")
+    other_url = _line("test,a)/q", "20260104000000", url="http://a.test/q", mime="warc/revisit", status="304",
+                      digest="sha1:AAA", length="500", offset="570", filename="crawl/2.warc.gz")
+    lines, resolved = resolve_not_modified([page, changed, not_modified, other_url])
+    assert resolved == 1 and lines[:2] == [page, changed] and lines[3] == other_url   # no capture of /q
+    key, timestamp, body = lines[2].split(" ", 2)
+    assert (key, timestamp) == ("test,a)/p", "20260103000000")
+    assert json.loads(body) == {"url": "http://a.test/p", "mime": "text/html", "status": "200", "digest": "sha1:AAA",
+                                "length": "900", "offset": "0", "filename": "crawl/1.warc.gz",
+                                "revisit.filename": "crawl/2.warc.gz", "revisit.offset": "70",
+                                "revisit.length": "500"}
+
+
+def test_a_304_revisit_is_not_pointed_at_a_later_capture_or_at_another_3xx():
+    redirect = _line("test,a)/p", "20260101000000", url="http://a.test/p", mime="warc/revisit", status="301",
+                     digest="sha1:AAA", length="1", offset="0", filename="f")
+    not_modified = _line("test,a)/p", "20260102000000", url="http://a.test/p", mime="warc/revisit",
+                         status="304", digest="sha1:AAA", length="1", offset="1", filename="f")
+    later = _line("test,a)/p", "20260103000000", url="http://a.test/p", mime="text/html", status="200",
+                  digest="sha1:AAA", length="1", offset="2", filename="f")
+    assert resolve_not_modified([redirect, not_modified, later]) == ([redirect, not_modified, later], 0)
 
 
 def test_a_name_outside_the_root_is_refused(tmp_path, capsys):
