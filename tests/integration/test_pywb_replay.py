@@ -264,7 +264,8 @@ def test_pywb_replays_identical_payload_revisits_with_the_body_of_the_capture_th
 def test_pywb_replays_a_server_not_modified_revisit_with_the_body_of_the_capture_it_stands_for(wayback, crawl):
     """pywb answers a revisit archived as a 304 with an empty 304 (a 3xx revisit's payload is never
     loaded); the crawler's merged index points such a revisit at the capture it stands for, so pywb
-    answers at the revisit's time with that capture's status and body (decision 3904)."""
+    answers a request for the revisit's time with that capture: its status, body and date
+    (Memento-Datetime is the WARC-Date of the record it loads; decision 3904)."""
     captures = _captures(crawl)
     by_id = {c.record_id: c for c in captures}
     revisits = [c for c in captures if c.profile == PROFILE_SERVER_NOT_MODIFIED]
@@ -275,7 +276,7 @@ def test_pywb_replays_a_server_not_modified_revisit_with_the_body_of_the_capture
         original = by_id[revisit.refers_to]
         assert revisit.status == 304 and original.rec_type == "response", (revisit.url, original.rec_type)
         status, headers, body = _replay(wayback, revisit)
-        if (status, body, _served_at(headers)) != (original.status, original.body, revisit.timestamp):
+        if (status, body, _served_at(headers)) != (original.status, original.body, original.timestamp):
             failures.append(("revisit", revisit.url, revisit.timestamp, status, len(body), _served_at(headers)))
         status, headers, body = _replay(wayback, original)
         if (status, body, _served_at(headers)) != (original.status, original.body, original.timestamp):
