@@ -42,6 +42,7 @@ from udfs.control import (MAX_SEEDS, PATTERN_RULE, ControlCommand, HostView, See
                           fold_host_views, host_control, normalize_host, parse_control, pattern_cap_note, pause,
                           rejected_command, resume, seed_batches, takedown)
 from udfs.records import TOPIC_CONTROL, TOPIC_FRONTIER, TOPIC_STATUS, ContractError, encode, json_object
+from udfs.render_select import RENDER_MODES
 
 DEFAULT_BOOTSTRAP = f"127.0.0.1:{StackConfig().kafka_port}"
 DEFAULT_API_PORT = 8787
@@ -317,7 +318,8 @@ def merge_host_view(old: HostView | None, new: HostView) -> HostView:
     return HostView(new.host,
                     new.rate_limit_rps if new.rate_limit_rps is not None else old.rate_limit_rps,
                     new.blocked if new.blocked is not None else old.blocked,
-                    old.taken_down or new.taken_down, new.last, old.commands + new.commands)
+                    old.taken_down or new.taken_down, new.last, old.commands + new.commands,
+                    new.render if new.render is not None else old.render)
 
 
 class HostViewCache:
@@ -484,9 +486,9 @@ def seed_request(body: dict[str, Any]) -> tuple[list[Any], int]:
 
 
 def host_command(host: str, body: dict[str, Any], stamp: dict[str, Any]) -> ControlCommand:
-    """PUT /v1/hosts/{host} `{rate_limit_rps, blocked}` → a HostControl (absent = null = unchanged)."""
-    _only(body, {"rate_limit_rps", "blocked"})
-    return host_control(host, body.get("rate_limit_rps"), body.get("blocked"), **stamp)
+    """PUT /v1/hosts/{host} `{rate_limit_rps, blocked, render}` → a HostControl (absent = null = unchanged)."""
+    _only(body, {"rate_limit_rps", "blocked", "render"})
+    return host_control(host, body.get("rate_limit_rps"), body.get("blocked"), render=body.get("render"), **stamp)
 
 
 def crawl_command(kind: str, body: dict[str, Any], stamp: dict[str, Any]) -> ControlCommand:
@@ -504,7 +506,7 @@ def takedown_command(body: dict[str, Any], stamp: dict[str, Any]) -> ControlComm
 def command_from_args(args: argparse.Namespace, stamp: dict[str, Any]) -> ControlCommand:
     """`crawler host | pause | resume | takedown` arguments → a validated command (ContractError if not)."""
     if args.command == "host":
-        return host_control(args.host, args.rate_limit, args.blocked, **stamp)
+        return host_control(args.host, args.rate_limit, args.blocked, render=args.render, **stamp)
     if args.command == "takedown":
         scope, value = next((s, v) for s, v in (("url", args.url), ("host", args.host), ("pattern", args.pattern))
                             if v is not None)
@@ -740,13 +742,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     seed.add_argument("--priority", type=int, default=0, help="0 (highest, default) .. 9")
     seed.set_defaults(func=_cmd_seed)
 
-    host = subparsers.add_parser("host", parents=[common], help="set a host's rate limit or block it")
+    host = subparsers.add_parser("host", parents=[common],
+                                 help="set a host's rate limit or render mode, or block it")
     host.add_argument("host", metavar="HOST", help="host[:port] or any URL of the host")
     host.add_argument("--rate-limit", type=float, metavar="RPS",
                       help="at most this many requests per second (0 < RPS <= 100; robots.txt may be slower)")
     block = host.add_mutually_exclusive_group()
     block.add_argument("--block", dest="blocked", action="store_const", const=True, help="stop fetching the host")
     block.add_argument("--unblock", dest="blocked", action="store_const", const=False, help="fetch it again")
+    # checked by the contract, not by argparse, so a wrong mode is refused and recorded like any bad value
+    host.add_argument("--render", metavar="MODE",
+                      help=f"the host's render mode: {', '.join(RENDER_MODES)} ('always' renders every page, "
+                           "'never' none, 'auto' the pages their signals pick; needs render.enabled)")
     host.set_defaults(func=_cmd_command, blocked=None)
 
     status = subparsers.add_parser("host-status", parents=[common], help="the controls recorded for a host")

@@ -179,7 +179,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                                 budgets=config.budgets if config.budgets.enabled else None,
                                 census=config.budgets.enabled and config.budgets.domain_shares,
                                 sitemaps=config.sitemaps if config.sitemaps.follow else None,
-                                thread_nice=config.job.frontier_nice, control=config.control)
+                                thread_nice=config.job.frontier_nice, control=config.control,
+                                render=config.render)
     # Keyed on each side, where each is decoded: no key-by vertex after the union, one hop and one Python
     # call per event fewer; each kind reaches the frontier on channels of its own.
     keyed_event = keyed_row_type(Types.STRING(), EVENT_TYPE)
@@ -196,12 +197,14 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     # Host names sharing a server share its budget: the fetcher is keyed by server address and
     # holds each address's limit itself. Robots.txt, tdmrep.json and probe results go
     # straight to crawl.outcomes; a page goes to parse, then to the WARC writer, which pairs it with
-    # the verdict dedup gives on a small probe of it (decision 1616).
+    # the verdict dedup gives on a small probe of it (decision 1616). With `render.enabled`, parse picks
+    # the pages that need their scripts run, the writer sends each to its host's frontier as a render
+    # event, and the fetcher that owns the host's address renders the lease (decisions 3903, 3906).
     fetched = stages.fetch(requests, config.fetch, job.fetch_capacity, gate=config.ipgate,
-                           parallelism=job.fetch_parallelism)
+                           parallelism=job.fetch_parallelism, render=config.render)
     preflight = stages.preflight_events(fetched, config.fetch, config.optout, config.extract)
     pages = stages.parse(fetched, config.extract, config.optout, soft404, config.sitemaps, config.warc,
-                         slot_group=job.parse_slot_group, parallelism=job.parse_width)
+                         slot_group=job.parse_slot_group, parallelism=job.parse_width, render=config.render)
     verdicts = stages.dedup_verdicts(pages, config.dedup, config.warc, parse_parallelism=job.parse_width)
     archived = stages.warc_writer(pages, verdicts, job.warc_root, warc=config.warc, storage=config.storage,
                                   discovery=config.discovery, dedup=config.dedup, slot_group=job.writer_slot_group,

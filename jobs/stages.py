@@ -36,6 +36,7 @@ from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.page_facts import ParsedBundle
 from udfs.recent import DEFAULT_DISCOVERY_POLICY, DiscoveryPolicy
 from udfs.records import FetchResult
+from udfs.render_policy import RenderPolicy
 from udfs.sitemaps import DEFAULT_SITEMAP_POLICY, SitemapPolicy
 from udfs.soft404 import Soft404Policy
 from udfs.storage import StoragePolicy
@@ -43,14 +44,16 @@ from udfs.warc import WarcPolicy
 
 
 def fetch(requests: DataStream, policy: FetchPolicy, capacity: int,
-          gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY, parallelism: int | None = None) -> DataStream:
+          gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY, parallelism: int | None = None,
+          render: RenderPolicy | None = None) -> DataStream:
     """FetchRequests → FetchResults, keyed by gate key so that each server address has one owner, which
-    keeps its limit (decision 1612). `parallelism` None: the environment's."""
+    keeps its limit (decision 1612) and runs its hosts' render leases with an enabled `render` policy
+    (decision 3903). `parallelism` None: the environment's."""
     with python_mode(requests.get_execution_environment(), "process"):
         # The uid names the address-keyed fetcher's state in savepoints, so it must not change. A savepoint
         # that holds operators this graph lacks ("fetch", "ip-gate") restores with --allowNonRestoredState.
         fetched = (requests.key_by(gate_key, key_type=Types.STRING())
-                   .process(FetchFunction(policy, capacity, gate), output_type=FETCH_RESULT_TYPE)
+                   .process(FetchFunction(policy, capacity, gate, render=render), output_type=FETCH_RESULT_TYPE)
                    .uid("fetch-by-address").name("fetch"))
         if parallelism is not None:
             fetched = fetched.set_parallelism(parallelism)
@@ -82,13 +85,14 @@ def _preflight_outputs(robots_max_bytes: int, tdmrep_max_bytes: int,
 def parse(fetched: DataStream, extract: ExtractPolicy = DEFAULT_EXTRACT_POLICY,
           optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, soft404: Soft404Policy | None = None,
           sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY, warc: WarcPolicy = WarcPolicy(),
-          slot_group: str = "", parallelism: int | None = None) -> DataStream:
+          slot_group: str = "", parallelism: int | None = None, render: RenderPolicy | None = None) -> DataStream:
     """FetchResults → ParsedBundles of the pages. With a `soft404` policy, parse compares each page that
-    carries its host's probe answer with it (decision 1844); None: no checks. `sitemaps` limits how it
+    carries its host's probe answer with it (decision 1844); None: no checks. With an enabled `render`
+    policy, parse picks the pages to render and reads rendered ones from their DOM (decision 3903). `sitemaps` limits how it
     reads the answers of sitemap leases (decision 1812). `slot_group` "": the fetchers' slots;
     `parallelism` None: the environment's."""
     with python_mode(fetched.get_execution_environment(), "process"):
-        pages = (fetched.flat_map(ParseFunction(extract, optout, soft404, sitemaps, warc),
+        pages = (fetched.flat_map(ParseFunction(extract, optout, soft404, sitemaps, warc, render),
                                   output_type=FETCH_RESULT_TYPE)
                  .uid("parse").name("parse"))
         if slot_group:

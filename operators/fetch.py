@@ -39,6 +39,7 @@ from operators.cpu import register_worker_cpu
 from operators.fetch_loop import GATE_COUNTS, FetchLoop
 from operators.fetch_wire import DecodedBudget, GuardedConnector
 from operators.heap import freeze_startup_heap, thaw_heap
+from operators.render import RenderMetrics, RenderTier
 from operators.resolver import HOP, RESOLVER_COUNTS, GuardedResolver, Hop, ResolveFailure, load_pins
 from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy
 from udfs.fetch_stats import COUNTS, PHASES, STATUS_CLASSES, FetchTally
@@ -47,6 +48,8 @@ from udfs.fetch_status import (DECODE_ERRORS, CappedDecoder, UnsupportedEncoding
                                 header_value, redirect_target, retry_after_seconds)
 from udfs.netguard import FetchPolicy
 from udfs.records import FetchRequest, FetchResult, FetchStatus
+from udfs.render_policy import RenderPolicy
+from udfs.render_requests import SUBRESOURCE_KIND
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
 ACCEPT_ENCODING = "gzip, deflate, br"
@@ -161,6 +164,11 @@ class Fetcher:
             self._tally.record(result)
         return result
 
+    async def fetch_subresource(self, request: FetchRequest) -> FetchResult:
+        """`fetch` for a render's own request (kind `subresource`): any content type, the same guard
+        and limits, not tallied as a page fetch (the render tier counts it)."""
+        return await self._fetch(request)
+
     async def _fetch(self, request: FetchRequest) -> FetchResult:
         started = self._clock()
         hops = [_Exchange(url=str(request.get("url", "")))]
@@ -273,7 +281,7 @@ class Fetcher:
                 if head_size > policy.max_header_bytes:
                     exchange.headers = []
                     return FetchStatus.ERROR, f"header_too_large: response head {head_size} bytes over {policy.max_header_bytes}"
-                if (not robots and 200 <= response.status < 300
+                if (not robots and 200 <= response.status < 300 and request.get("kind") != SUBRESOURCE_KIND
                         and not policy.content_type_allowed(header_value(exchange.headers, "content-type"),
                                                             sitemap=request.get("sitemap") is True)):
                     return FetchStatus.BAD_CONTENT_TYPE, f"content type {header_value(exchange.headers, 'content-type')!r} not allowed"
@@ -427,8 +435,10 @@ class FetchFunction(KeyedProcessFunction):
     """
 
     def __init__(self, policy: FetchPolicy, capacity: int = 1,
-                 gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY, poll_ms: int = 20) -> None:
+                 gate: IpGatePolicy = DEFAULT_IP_GATE_POLICY, poll_ms: int = 20,
+                 render: RenderPolicy | None = None) -> None:
         self._policy = policy
+        self._render = render if render is not None and render.enabled else None
         self._capacity = capacity
         self._gate = gate
         self._poll_ms = poll_ms
@@ -438,9 +448,16 @@ class FetchFunction(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         self._tally = FetchTally()
         fetcher = Fetcher(self._policy, load_pins(self._policy), tally=self._tally)
-        self._loop = FetchLoop(fetcher.fetch, self._gate, self._capacity, total_timeout_s=self._policy.total_timeout_s,
-                               locate=fetcher.address)
+        fetch, longest = fetcher.fetch, self._policy.total_timeout_s
+        tier = None
+        if self._render is not None:
+            # Render leases run here, by the subtask that owns their host's address (decision 3903).
+            tier = RenderTier(fetcher, self._render, self._policy.user_agent)
+            fetch, longest = tier.fetch, longest + self._render.page_timeout_s
+        self._loop = FetchLoop(fetch, self._gate, self._capacity, total_timeout_s=longest, locate=fetcher.address)
         self._loop.on_stop(fetcher.close)
+        if tier is not None:
+            self._loop.on_stop(tier.close)
         self._loop.start()
         self._poll_at = 0
         if runtime_context is not None:  # None: driven directly, outside Flink (tests)
@@ -449,6 +466,8 @@ class FetchFunction(KeyedProcessFunction):
             _FetchMetrics(fetch_group, self._tally, fetcher, self._loop.occupancy)
             register_worker_cpu(fetch_group)
             _GateMetrics(metrics.add_group("ipgate"), self._loop)
+            if tier is not None:
+                RenderMetrics(metrics.add_group("render"), tier)
         freeze_startup_heap()
 
     def close(self) -> None:

@@ -42,6 +42,7 @@ from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.recrawl import DEFAULT_RECRAWL_POLICY, RecrawlPolicy
 from udfs.release_budget import ReleaseBudget
+from udfs.render_policy import RenderPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy, parse_robots
 from udfs.robots_cache import RulesByBody
 from udfs.sitemaps import SitemapPolicy
@@ -92,15 +93,15 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                  optout: OptOutPolicy | None = None, soft404: Soft404Policy | None = None,
                  budgets: BudgetPolicy | None = None, census: bool = False,
                  sitemaps: SitemapPolicy | None = None, thread_nice: int = 0,
-                 control: ControlPolicy = DEFAULT_CONTROL_POLICY) -> None:
+                 control: ControlPolicy = DEFAULT_CONTROL_POLICY, render: RenderPolicy | None = None) -> None:
         # A frontier built without an `[optout]` section (test harnesses that script every fetch) keeps
         # the two-kind protocol: no tdmrep.json leases; the job passes its section. Likewise the job
         # passes `[soft404]`, `[budgets]` and `[sitemaps]` only when they are on, and `census` when
-        # the domain census's shares are.
+        # the domain census's shares are; `[render]` decides itself (render.enabled).
         self.config = HostFrontierConfig(
             policy=policy, politeness=politeness, robots_policy=robots_policy, traps=traps, quality=quality,
             optout=optout if optout is not None else dataclasses.replace(DEFAULT_OPTOUT_POLICY, fetch_tdmrep=False),
-            recrawl=recrawl, soft404=soft404, budgets=budgets, census=census, sitemaps=sitemaps)
+            recrawl=recrawl, soft404=soft404, budgets=budgets, census=census, sitemaps=sitemaps, render=render)
         self.control = control   # the job passes its `[control]` section: the cap on takedown patterns
         self.thread_nice = thread_nice   # the job passes `job.frontier_nice`
         self.bloom = bloom

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from udfs.control_state import HostControls
 from udfs.frontier.admission import (RulesLike, SESSION_CHURN_METRIC, Verdict, admit, coerce_entry, in_cycle, screen,
                                      source_of)
+from udfs.frontier.renders import RenderVerdict, admit_render, admitted_metric, coerce_render
 from udfs.frontier.pages import Claim, broken_reason, claim_canonical, with_hub_yield, with_inlink
 from udfs.frontier.rows import PRIORITIES, HostState, QueueItem, UrlRecord, UrlStatus, replace, signed_fp
 from udfs.frontier.sitemaps import robots_sitemaps, sitemap_due, sitemap_hints
@@ -76,6 +77,24 @@ def admit_all(frontier: HostFrontier, host: str, state: HostState, entries: list
             if frontier.seen is not None:
                 frontier.seen.add(item.fp)
     return state, admitted
+
+
+def admit_render_event(frontier: HostFrontier, host: str, state: HostState, event: dict[str, Any],
+                       controls: HostControls) -> HostState:
+    """A `render` event (decision 3905): its page waits for a render lease, ahead of the host's queues,
+    or the event is ignored and counted by why. No seen check: the page was just fetched."""
+    item = coerce_render(event, host, host_key)
+    if isinstance(item, RenderVerdict):
+        frontier.count(item.value)
+        return state
+    if controls.taken_down or frontier.controls.url_taken_down(item.url):
+        frontier.count(RenderVerdict.TAKEN_DOWN.value)
+        return state
+    state, verdict = admit_render(state, item, frontier.config.render_on)
+    frontier.count(verdict.value)
+    if verdict is RenderVerdict.ADMITTED:
+        frontier.count(admitted_metric(item.reason))
+    return state
 
 
 def _seen_again(frontier: HostFrontier, key: int, item: QueueItem, record: UrlRecord, raw: Any, source: str,

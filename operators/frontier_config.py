@@ -11,6 +11,7 @@ from udfs.host_quality import DEFAULT_QUALITY_POLICY, QualityPolicy
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, PolitenessPolicy
 from udfs.recrawl import RecrawlPolicy
+from udfs.render_policy import RenderPolicy
 from udfs.robots import DEFAULT_ROBOTS_POLICY, RobotsPolicy
 from udfs.sitemaps import SitemapPolicy
 from udfs.soft404 import Soft404Policy
@@ -39,6 +40,8 @@ class HostFrontierConfig:
         (decision 1811); only with `budgets` (default False).
     sitemaps: following the Sitemap: lines of robots.txt (`[sitemaps]`, decision 1812); None (default):
         not followed.
+    render: the rendering tier (`[render]`, decision 3905): with it enabled, `render` events queue their
+        pages for render leases; None (default) or disabled: every render event is ignored and counted.
     rules_cache_size: hosts whose parsed robots.txt and tdmrep.json rules are kept (8,192).
     states_cache_size: hosts whose parsed row is kept (8,192; decision 1838).
     """
@@ -54,6 +57,7 @@ class HostFrontierConfig:
     budgets: BudgetPolicy | None = None
     census: bool = False
     sitemaps: SitemapPolicy | None = None
+    render: RenderPolicy | None = None
     rules_cache_size: int = 8192
     states_cache_size: int = 8192
 
@@ -82,6 +86,11 @@ class HostFrontierConfig:
     @property
     def sitemaps_on(self) -> bool:
         return self.sitemaps is not None
+
+    @property
+    def render_on(self) -> bool:
+        """Whether render events are admitted and waiting renders leased."""
+        return self.render is not None and self.render.enabled
 
     @property
     def tdmrep_on(self) -> bool:

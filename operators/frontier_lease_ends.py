@@ -1,7 +1,8 @@
 """How a lease ends in the host frontier: a page's completion, the answer to a robots.txt, tdmrep.json or
 soft-404 probe lease, its deadline passing, or an extension of it. udfs.frontier (outcomes, preflight,
 expiry) decides; these functions write what it decided (the URL's row and schedule, a requeued item,
-the bodies kept in state) and count it."""
+the bodies kept in state) and count it. A render lease (decision 3905) ends like a page's but writes no
+URL row and leaves the host's content quality alone."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -47,7 +48,7 @@ def completed(frontier: HostFrontier, state: HostState, event: dict[str, Any], n
                                broken_reason(outcome.record, event.get("http_status")))
     if outcome.record is not None and outcome.record.status is UrlStatus.SOFT_404:
         frontier.count("soft_404")
-    if outcome.matched and event.get("http_status") == 200:
+    if outcome.matched and outcome.render is None and event.get("http_status") == 200:   # a render is no new page
         state = replace(state, quality=observe_quality(
             state.quality, event.get("duplicate") is True, event.get("near_duplicate") is True, config.quality))
     return state
@@ -149,6 +150,8 @@ def apply(frontier: HostFrontier, state: HostState, outcome: Outcome) -> HostSta
         frontier.count("requeued")
     if outcome.parked:
         frontier.count("parked")
+    if outcome.render is not None:   # a render lease ended: done, waiting again, or given up
+        frontier.count(outcome.render.value)
     return state
 
 
@@ -176,7 +179,7 @@ def _time_trip(frontier: HostFrontier, lease: Lease, event: dict[str, Any], now:
 def _leased_record(frontier: HostFrontier, state: HostState) -> UrlRecord | None:
     """The leased page URL's row: on_completion updates its history (recrawl on), and the pages that
     named it as their canonical wait in it for this answer."""
-    if state.lease is None or state.lease.kind != "page":
-        return None
+    if state.lease is None or state.lease.kind != "page" or state.lease.render is not None:
+        return None   # (a render's completion leaves the URL's row as its fetch left it)
     row = frontier.urls.get(signed_fp(state.lease.item.fp))
     return UrlRecord.from_row(row) if row is not None else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from udfs.frontier.admission import TRAP_METRICS, Verdict
 from udfs.frontier.expiry import Extension
+from udfs.frontier.renders import RENDER_METRICS
 from udfs.frontier.rows import UrlStatus
 
 # Counters under the metric group `frontier` (Scrapy-style stats: every drop and deny counted).
@@ -44,4 +45,8 @@ METRICS = tuple(v.value for v in Verdict) + TRAP_METRICS + (
     # the WARC writer's lease extensions applied, naming no lease the host holds, and
     # refused because the lease has had all of frontier.max_lease_extension_s
     Extension.EXTENDED.value, Extension.STALE.value, Extension.CAPPED.value,
+) + (
+    # decision 3905: render events admitted (in all and by the selection's reason) and ignored by why;
+    # waiting renders leased, dropped at their lease by why, retried and given up
+    RENDER_METRICS
 )

@@ -1,6 +1,7 @@
 """The release path of the host frontier: what a host may fetch now, leased in the order
-udfs.frontier.release.plan gives (robots.txt, tdmrep.json, the soft-404 probe, then pages), each page's
-request annotated with the verdicts the parse step needs, and when the host's timer fires next."""
+udfs.frontier.release.plan gives (robots.txt, tdmrep.json, the soft-404 probe, then pages: a waiting
+render first, decision 3905), each page's request annotated with the verdicts the parse step needs,
+and when the host's timer fires next."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -11,7 +12,8 @@ from udfs.frontier.host_budget import spend_page
 from udfs.frontier.queues import pop, pop_lane
 from udfs.frontier.release import (Step, lease_page, lease_probe, lease_robots, lease_tdmrep, plan, robots_url,
                                    tdmrep_url, timer_ms, wake_ms)
-from udfs.frontier.rows import HostState, QueueItem, UrlRecord, UrlStatus, signed_fp
+from udfs.frontier.renders import RenderVerdict, lease_render, render_delay_s, take_render
+from udfs.frontier.rows import HostState, QueueItem, Robots, UrlRecord, UrlStatus, signed_fp
 from udfs.optout import ai_disallowed, tdmrep_match
 from udfs.records import FetchRequest
 from udfs.soft404 import is_suspect, probe_url
@@ -43,7 +45,7 @@ def lease_all(frontier: HostFrontier, host: str, state: HostState, now: float,
             state, request = _lease_probe(frontier, host, state, now)
         elif step is Step.POP and pops < config.policy.max_pops_per_call:
             pops += 1
-            state, request = _lease_page(frontier, host, state, now)
+            state, request = _lease_page(frontier, host, state, now, controls)
         else:
             break
         if request is not None:
@@ -82,9 +84,12 @@ def _lease_probe(frontier: HostFrontier, host: str, state: HostState,
     return state, request
 
 
-def _lease_page(frontier: HostFrontier, host: str, state: HostState,
-                now: float) -> tuple[HostState, FetchRequest | None]:
-    """The next queued URL, unless it was taken down or robots.txt now disallows it (its row says so)."""
+def _lease_page(frontier: HostFrontier, host: str, state: HostState, now: float,
+                controls: HostControls) -> tuple[HostState, FetchRequest | None]:
+    """The next queued URL, unless it was taken down or robots.txt now disallows it (its row says so);
+    a waiting render goes before any."""
+    if state.renders:
+        return _lease_render(frontier, host, state, now, controls)
     config = frontier.config
     state, slot = pop_lane(state, config.recrawl) if config.recrawl_on else pop(state)
     row = frontier.slots.get(slot)
@@ -103,6 +108,8 @@ def _lease_page(frontier: HostFrontier, host: str, state: HostState,
         frontier.urls.put(signed_fp(item.fp), UrlRecord(UrlStatus.DISALLOWED, now).to_row())
         return state, None
     _annotate(frontier, host, state, request, item.url, rules)
+    if state.render_mode != "auto":   # the operator's mode, for parse's render selection
+        request["render_mode"] = state.render_mode
     if config.budgets_on:
         state = spend_page(state, now, config.budgets)
     frontier.count("released")
@@ -111,24 +118,58 @@ def _lease_page(frontier: HostFrontier, host: str, state: HostState,
     return state, request
 
 
+def _lease_render(frontier: HostFrontier, host: str, state: HostState, now: float,
+                  controls: HostControls) -> tuple[HostState, FetchRequest | None]:
+    """The first waiting render as the host's page lease (decision 3905), with the host's robots.txt body
+    and its current gap for the render's own requests; paid from the host's page budget like a page.
+    Dropped and counted when the tier or the host's mode no longer renders, or its URL is now
+    taken down or disallowed."""
+    config = frontier.config
+    state, item = take_render(state)
+    assert item is not None
+    if frontier.controls.url_taken_down(item.url):
+        frontier.count(RenderVerdict.DROPPED_TAKEN_DOWN.value)
+        return state, None
+    rules = frontier.rules_for(host, state)
+    robots_b64 = frontier.robots_body.value() if state.robots is Robots.PARSED else None
+    delay_s = render_delay_s(state, frontier.politeness_for(controls))
+    state, request, verdict = lease_render(state, item, rules, host, now, config.render_on, delay_s,
+                                           robots_b64 if isinstance(robots_b64, str) else None, config.policy,
+                                           frontier.run)
+    frontier.count(verdict.value)
+    if request is None:
+        return state, None
+    # the rendered page goes down the page path: parse judges it with the page's own verdicts
+    _annotate(frontier, host, state, request, item.url, rules, counted=False)
+    if config.budgets_on:
+        state = spend_page(state, now, config.budgets)
+    return state, request
+
+
 def _annotate(frontier: HostFrontier, host: str, state: HostState, request: FetchRequest, url: str,
-              rules: RulesLike | None) -> None:
+              rules: RulesLike | None, counted: bool = True) -> None:
     """Put on a page's request what the parse step judges it with: the AI agents robots.txt disallows,
-    its tdmrep.json rule's value, the host's soft-404 probe answer."""
+    its tdmrep.json rule's value, the host's soft-404 probe answer. `counted`: the verdicts are counted
+    (a render's were, when its page was released)."""
+    count = frontier.count if counted else _uncounted
     agents = frontier.config.ai_agents
     if rules is not None and agents:
         blocked = ai_disallowed(rules, url, agents)
         if blocked:
             request["ai_disallowed"] = list(blocked)
-            frontier.count("ai_disallowed")
+            count("ai_disallowed")
     if frontier.leases_tdmrep and state.tdmrep_found:
         value = tdmrep_match(frontier.tdm_rules_for(host, state), url)
         if value is not None:
             request["tdm_file"] = value
             if value == 1:
-                frontier.count("tdm_file_reserved")
+                count("tdm_file_reserved")
     if frontier.config.soft404_on and is_suspect(state.probe):
         request["soft404_probe"] = state.probe.to_row()   # parse compares the page with it
+
+
+def _uncounted(name: str) -> None:
+    """A verdict not counted again."""
 
 
 def next_wake(frontier: HostFrontier, state: HostState, now: float, controls: HostControls,
@@ -137,7 +178,7 @@ def next_wake(frontier: HostFrontier, state: HostState, now: float, controls: Ho
     halts it, or the release budget's next slot when the budget turned it away."""
     config = frontier.config
     wake = wake_ms(state, now, frontier.leases_tdmrep, config.soft404, config.budgets)
-    if controls.halted and state.lease is None and state.queued:
+    if controls.halted and state.lease is None and (state.queued or state.renders):
         wake = timer_ms(now + config.policy.control_poll_s)  # look again: an unblock or resume applies
     elif budget_full:
         if state.timer_ms > wake:   # already waiting for room (an event reached it): keeps its slot

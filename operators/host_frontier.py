@@ -33,6 +33,7 @@ from udfs.control_state import ControlTable, HostControls
 from udfs.frontier.admission import RulesLike
 from udfs.frontier.host_budget import census_due, note_inlink, on_domain_hosts
 from udfs.frontier.queues import push_recrawl, recrawl_item
+from udfs.frontier.renders import with_render_mode
 from udfs.frontier.rows import HostState, Robots, UrlRecord, UrlStatus, due_entries, due_row, replace, signed_fp
 from udfs.census import host_seen
 from udfs.latency import LeaseTrips
@@ -85,7 +86,9 @@ class HostFrontier:
     compare with. With budgets on, admissions spend the host's URLs-per-round tokens and page releases
     its pages-per-day tokens, both scaled by the host's importance (decision 1805); with the census on
     too, each host asks the domain census how many hosts its registrable domain has and spends its share
-    of the domain's budgets as well (decision 1811).
+    of the domain's budgets as well (decision 1811). With `[render]` enabled, `render` events queue
+    their pages in the host row and each goes out as the host's next page lease (decision 3905); the
+    host row mirrors the operators' render mode for the host at every event and timer.
     """
 
     def __init__(self, host_row: ValueLike, robots_body: ValueLike, slots: MapLike, urls: MapLike,
@@ -121,6 +124,7 @@ class HostFrontier:
         state = before = self._load(host)
         self.due_timers, self.outbox = [], []
         controls = self.controls.for_host(host)
+        state = with_render_mode(state, controls.render_mode)
         kind = event.get("type") if isinstance(event, dict) else None
         if self.budget is not None and kind in _LEASE_ENDS:
             self.budget.ended(event.get("lease_id"), now)
@@ -139,6 +143,8 @@ class HostFrontier:
             self.count("domain_shares_heard")
         elif kind == "lease_extend":
             state = lease_ends.extended(self, state, event, now)
+        elif kind == "render":
+            state = frontier_admission.admit_render_event(self, host, state, event, controls)
         else:
             self.count("events_malformed")
         return self._release(host, state, now, controls, before)
@@ -151,6 +157,7 @@ class HostFrontier:
         elif self.config.recrawl_on:
             state = self._release_due(state, timer_ms, now)
         controls = self.controls.for_host(host)
+        state = with_render_mode(state, controls.render_mode)
         state = lease_ends.expired(self, host, state, now, controls)
         return self._release(host, state, now, controls, before)
 

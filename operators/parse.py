@@ -27,6 +27,8 @@ from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.page_facts import ParsedBundle, limited_bundle, pack_payload, parse_result
 from udfs.records import (SCHEMA_VERSION, TOPIC_OUTCOMES, FetchResult, PreflightResult, ProbeResult, RobotsResult,
                           TdmrepResult, b64, encode, response_url)
+from udfs.render_policy import RenderPolicy
+from udfs.render_select import OVER_CAP, REASONS, ShareCap
 from udfs.simhash import simhash
 from udfs.sitemaps import DEFAULT_SITEMAP_POLICY, SitemapPolicy
 from udfs.soft404 import Soft404Policy
@@ -120,8 +122,9 @@ class PageParser:
     (`policy.sandbox`), else in this process. `start` and `close` bracket its use."""
 
     def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
-                 soft404: Soft404Policy | None = None, sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> None:
-        self._policies = (policy, optout, soft404, sitemaps)
+                 soft404: Soft404Policy | None = None, sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY,
+                 render: RenderPolicy | None = None) -> None:
+        self._policies = (policy, optout, soft404, sitemaps, render)
         self.sandbox = Sandbox("udfs.page_facts", "sandboxed_facts", self._policies,
                                cpu_budget_s=policy.cpu_budget_s, memory_budget_bytes=policy.memory_budget_mb << 20,
                                warm_up="warm_up") if policy.sandbox else None
@@ -135,7 +138,7 @@ class PageParser:
         """The page's bundle; one stopped at a budget has `parse_limit` and no facts (`limited_bundle`)."""
         if self.sandbox is None:
             return parse_result(result, *self._policies)
-        facts = self.sandbox.call(result)
+        facts = self.sandbox.call(_without_captures(result))
         if isinstance(facts, Limit):
             return limited_bundle(result, facts.reason)
         return ParsedBundle(result=result, **facts)
@@ -145,21 +148,37 @@ class PageParser:
             self.sandbox.close()
 
 
+def _without_captures(result: FetchResult) -> FetchResult:
+    """A rendered result without the responses its render fetched: the extraction reads the DOM only,
+    so the sub-resources (for the writer) need not cross the sandbox's pipe."""
+    render = result.get("render")
+    if not isinstance(render, dict) or not render.get("captures"):
+        return result
+    return FetchResult({**result, "render": {**render, "captures": []}})  # type: ignore[typeddict-item]
+
+
 class ParseFunction(FlatMapFunction):
     """Page FetchResult → ParsedBundle (robots, tdmrep and probe results are skipped: they go to crawl.outcomes).
     With a `warc` policy that packs in parse, the bundle leaves with its response block packed for the
     writer and without its body (decision 1823). With `policy.sandbox`, each page is parsed in a child
     process under `policy.cpu_budget_s` and `policy.memory_budget_mb` (decision 3701).
 
+    With an enabled `render` policy, a plain page the tier should render keeps its `render_wanted`
+    reason while the pages chosen stay within `render.max_share` of the pages this subtask parsed
+    (`ShareCap`); past it the reason is dropped and counted `render_share_cap`.
+
     Counts pages parsed, results not parsed, parser errors, links found, pages whose site reserves
-    TDM (`optout_reserved`) and pages that met each parse limit (`limit_<reason>`); gauges the p50/p95 of
-    the time parsing took over the recent pages and the sandbox's child starts (docs/metrics.md).
+    TDM (`optout_reserved`), pages that met each parse limit (`limit_<reason>`), pages chosen for
+    rendering by reason (`render_<reason>`) and rendered pages parsed (`rendered`); gauges the p50/p95
+    of the time parsing took over the recent pages and the sandbox's child starts (docs/metrics.md).
     """
 
     def __init__(self, policy: ExtractPolicy = DEFAULT_POLICY, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
                  soft404: Soft404Policy | None = None, sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY,
-                 warc: WarcPolicy | None = None) -> None:
-        self._parser = PageParser(policy, optout, soft404, sitemaps)
+                 warc: WarcPolicy | None = None, render: RenderPolicy | None = None) -> None:
+        render = render if render is not None and render.enabled else None
+        self._parser = PageParser(policy, optout, soft404, sitemaps, render)
+        self._share = ShareCap(render.max_share) if render is not None else None
         # Packs response blocks for the writer when the writer's policy says so.
         self._packer = WarcBuilder(warc) if warc is not None and warc.pack_in_parse else None
         self._counters: dict[str, Any] = {}
@@ -169,7 +188,8 @@ class ParseFunction(FlatMapFunction):
         group = runtime_context.get_metrics_group().add_group("parse")
         self._counters = {name: group.counter(name)
                           for name in ("pages", "skipped", "errors", "links", "optout_reserved", "soft_404",
-                                       "sitemaps", "sitemap_urls", *(f"limit_{reason}" for reason in LIMIT_REASONS))}
+                                       "sitemaps", "sitemap_urls", *(f"limit_{reason}" for reason in LIMIT_REASONS),
+                                       "rendered", *(f"render_{reason}" for reason in (*REASONS, OVER_CAP)))}
         # Read once per bundle (PyFlink reads gauges at each bundle's end): one sort per read.
         group.gauge("latency_p50_us", functools.partial(self._percentile_us, 0.5))
         group.gauge("latency_p95_us", functools.partial(self._percentile_us, 0.95))
@@ -184,6 +204,19 @@ class ParseFunction(FlatMapFunction):
     def close(self) -> None:
         self._parser.close()
         thaw_heap()
+
+    def _choose_render(self, bundle: ParsedBundle) -> None:
+        """Keep the page's `render_wanted` within the render share, counting it by reason or as over the cap."""
+        assert self._share is not None
+        self._share.saw()
+        reason = bundle.get("render_wanted")
+        if reason is None:
+            return
+        if self._share.take():
+            self._counters[f"render_{reason}"].inc()
+        else:
+            del bundle["render_wanted"]
+            self._counters[f"render_{OVER_CAP}"].inc()
 
     def _percentile_us(self, quantile: float) -> int:
         return micros(self._latency.percentiles(quantile)[0])
@@ -214,4 +247,8 @@ class ParseFunction(FlatMapFunction):
                 self._counters["optout_reserved"].inc()
             if page.get("soft_404"):
                 self._counters["soft_404"].inc()
+            if "render" in value:
+                self._counters["rendered"].inc()
+            elif self._share is not None:
+                self._choose_render(bundle)
         yield bundle if self._packer is None else pack_payload(bundle, self._packer)

@@ -39,6 +39,28 @@ check "no compiler" bash -c \
 check "no -dev or compiler packages" bash -c \
     '! dpkg-query -W -f="\${Package}\n" | grep -E "^(gcc|g\+\+|cpp|make|binutils|libc6-dev|python3\.11-dev)(-[0-9]+)?$" && echo none'
 check "libpython for pemja" bash -c 'ls /usr/lib/*/libpython3.11.so.1.0'
+# A page rendered in Chromium as the rendering tier renders it (no network: its document is given, its
+# one script request answered in process); skipped when the image was built WITH_CHROMIUM=0.
+render_smoke() {
+    python - <<'PY'
+import asyncio
+from operators.browser import Browser, Fetched, find_chromium
+if find_chromium() is None:
+    print("no Chromium in this image (WITH_CHROMIUM=0): render leases fetch their page plainly")
+    raise SystemExit(0)
+page = Fetched(200, (("Content-Type", "text/html"),), b'<html><body><div id="root"></div><script src="/app.js"></script></body></html>')
+script = Fetched(200, (("Content-Type", "text/javascript"),), b'document.getElementById("root").innerHTML = \'<a href="/next">next</a>\';')
+async def main():
+    async def fetch(url, kind):
+        return script if url.endswith("/app.js") else None
+    async with Browser() as browser:
+        return await browser.render("http://smoke.test/", page, fetch)
+result = asyncio.run(main())
+print(f"rendered in {result.seconds:.2f} s: {result.dom[:120]}")
+assert 'href="/next"' in result.dom, result.dom
+PY
+}
+check "a render in headless Chromium" render_smoke
 
 # A JobManager started the way the operator starts one (the entry point, then `bash -c SCRIPT`), from
 # /opt/flink with its conf/ and log/, answering on its REST port.

@@ -47,7 +47,9 @@ Record = RequestRecord | ConnectionRecord
 
 
 class RequestLog:
-    """Records in memory and, if a path is given, as JSON lines (flushed at least every `flush_every` s)."""
+    """Records in memory and, if a path is given, as JSON lines (flushed at least every `flush_every` s,
+    by a writer's add or, when the server goes quiet, by a background flusher, so a reader of the file
+    sees the last request too)."""
 
     def __init__(self, path: Path | None = None, flush_every: float = 0.2) -> None:
         self.path = path
@@ -56,6 +58,13 @@ class RequestLog:
         self._file: IO[str] | None = path.open("a", encoding="utf-8") if path else None
         self._flush_every = flush_every
         self._last_flush = time.monotonic()
+        self._closed = threading.Event()
+        if self._file is not None:
+            threading.Thread(target=self._flush_while_open, name="reqlog-flush", daemon=True).start()
+
+    def _flush_while_open(self) -> None:
+        while not self._closed.wait(self._flush_every):
+            self.flush()
 
     def add(self, record: Record) -> None:
         with self._lock:
@@ -78,6 +87,7 @@ class RequestLog:
                 self._file.flush()
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             if self._file is not None:
                 self._file.close()

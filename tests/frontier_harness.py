@@ -14,7 +14,8 @@ from udfs.budgets import BudgetPolicy
 from udfs.control_state import ControlTable
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy
 from udfs.politeness import PolitenessPolicy
-from udfs.records import b64
+from udfs.records import b64, render_event
+from udfs.render_policy import RenderPolicy
 from udfs.robots import RobotsPolicy, parse_robots
 from udfs.sitemaps import SitemapPolicy
 from udfs.soft404 import Soft404Policy
@@ -73,15 +74,16 @@ class Harness:
                  soft404: Soft404Policy | None = None, budgets: BudgetPolicy | None = None,
                  census: bool = False, sitemaps: SitemapPolicy | None = None,
                  optout: OptOutPolicy | None = None, tdmrep_body: Value | None = None,
-                 parse: Callable[[bytes], object] | None = None) -> None:
+                 parse: Callable[[bytes], object] | None = None, render: RenderPolicy | None = None) -> None:
         """`optout` and `tdmrep_body` together turn tdmrep.json leases on (decision 1930); `parse` replaces
-        the counting prefix-rule parser (e.g. the real `parse_robots`)."""
+        the counting prefix-rule parser (e.g. the real `parse_robots`); `render` the rendering tier's
+        section (render leases when enabled, decision 3905)."""
         self.host_row, self.body, self.slots, self.urls = Value(), Value(), Map(), Map()
         self.counts: collections.Counter[str] = collections.Counter()
         self.parses = 0
         self.config = HostFrontierConfig(policy=policy, politeness=politeness, robots_policy=robots_policy,
                                          optout=optout or DEFAULT_OPTOUT_POLICY, soft404=soft404, budgets=budgets,
-                                         census=census, sitemaps=sitemaps)
+                                         census=census, sitemaps=sitemaps, render=render)
         self._open = lambda: HostFrontier(self.host_row, self.body, self.slots, self.urls, self._count,
                                           parse or self._parse, self.config, tdmrep_body=tdmrep_body,
                                           controls=controls)
@@ -147,6 +149,11 @@ class Harness:
         return self.event({"v": 1, "type": "robots", "host": HOST, "lease_id": req["lease_id"],
                            "fetch_status": fetch_status, "http_status": http_status, "fetched_at": self.now,
                            "fetch_ms": 20.0, "body_b64": b64(body)})
+
+    def render(self, path: str, reason: str = "app_root", depth: int = 1) -> list[dict]:
+        """The WARC writer's `render` event for a page of the host (decision 3905)."""
+        url = f"http://{HOST}{path}"
+        return self.event(dict(render_event(HOST, url, url_fp(url), depth, reason)))
 
     def complete(self, req: dict, http_status: int | None = 200, fetch_status: str = "ok",
                  retry_after: float | None = None, redirect: str | None = None) -> list[dict]:

@@ -44,6 +44,7 @@ SECTIONS: dict[str, str] = {
     "soft404": "udfs.soft404:Soft404Policy",
     "budgets": "udfs.budgets:BudgetPolicy",
     "control": "udfs.control_state:ControlPolicy",
+    "render": "udfs.render_policy:RenderPolicy",
 }
 
 
@@ -205,6 +206,12 @@ def _check_across(config: CrawlConfig) -> None:
     if every > lease / 2:   # an extension must reach the frontier before the deadline the last one set
         raise ConfigError(f"warc.lease_extend_every_s ({every!r}) must be at most half of "
                           f"frontier.lease_timeout_s ({lease!r}), or 0 (no extensions)")
+    if config.render.enabled:   # a render lease fetches its page, then renders it, within one lease
+        total, page = config.fetch.total_timeout_s, config.render.page_timeout_s
+        if total + page >= lease:
+            raise ConfigError(f"fetch.total_timeout_s ({total!r}) + render.page_timeout_s ({page!r}) must be below "
+                              f"frontier.lease_timeout_s ({lease!r}) when render.enabled: a render lease would "
+                              f"expire before its page is fetched and rendered")
 
 
 def _user_agent(doc: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@ decisions 1400-1405.
 A command is one JSON record (udfs.records.encode) with `v`, `type`, `id` (a uuid4 hex chosen by the
 writer) and `issued_at` (epoch seconds), keyed by the host for host-scoped commands and "*" otherwise:
 
-    {"type": "host", "host": H, "rate_limit_rps": float | null, "blocked": bool | null}
+    {"type": "host", "host": H, "rate_limit_rps": float | null, "blocked": bool | null,
+     "render"?: "auto" | "always" | "never"}   (optional: records without it leave the mode as it is)
     {"type": "pause"}            {"type": "resume"}
     {"type": "takedown", "scope": "url" | "host" | "pattern", "value": V}
 
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from udfs.records import SCHEMA_VERSION, ContractError, DiscoveredBatch, UrlEntry, json_object
+from udfs.render_select import RENDER_MODES, check_mode
 from udfs.urls import host_key, normalize_url, url_fp
 
 __all__ = [
@@ -81,11 +83,13 @@ _PRINTABLE_ASCII = re.compile(r"[\x21-\x7e]+")
 
 _COMMON_FIELDS = frozenset({"v", "type", "id", "issued_at"})
 _FIELDS: dict[str, frozenset[str]] = {
-    "host": _COMMON_FIELDS | {"host", "rate_limit_rps", "blocked"},
+    "host": _COMMON_FIELDS | {"host", "rate_limit_rps", "blocked", "render"},
     "pause": _COMMON_FIELDS,
     "resume": _COMMON_FIELDS,
     "takedown": _COMMON_FIELDS | {"scope", "value"},
 }
+# Fields a record may leave out (commands written before they existed): absent reads as null.
+_OPTIONAL: dict[str, frozenset[str]] = {"host": frozenset({"render"})}
 TakedownScope = Literal["url", "host", "pattern"]
 _SCOPES: tuple[str, ...] = ("url", "host", "pattern")
 
@@ -95,11 +99,13 @@ _SCOPES: tuple[str, ...] = ("url", "host", "pattern")
 
 @dataclass(frozen=True)
 class HostControl:
-    """Set a host's rate limit and/or block flag; None leaves that setting as it is.
+    """Set a host's rate limit, block flag and/or render mode; None leaves that setting as it is.
 
     host: the slot key (udfs.urls.host_key) of the host. rate_limit_rps: requests per second, in
     (0, 100]; never faster than robots.txt's crawl-delay allows (the frontier takes the slower).
     blocked: True stops fetching the host at once, False lets it be fetched again.
+    render: the host's render mode (udfs.render_select.RENDER_MODES; decision 3905): "always" renders
+    every page of the host, "never" none, "auto" (the default) those the page's signals pick.
     """
 
     host: str
@@ -107,6 +113,7 @@ class HostControl:
     blocked: bool | None
     id: str
     issued_at: float
+    render: str | None = None
 
     def __post_init__(self) -> None:
         _check_common(self.id, self.issued_at)
@@ -115,13 +122,17 @@ class HostControl:
         _check_rate(self.rate_limit_rps)
         if self.blocked is not None and not isinstance(self.blocked, bool):
             raise ContractError(f"blocked: must be true, false or null, got {_clip(repr(self.blocked))}")
-        if self.rate_limit_rps is None and self.blocked is None:
-            raise ContractError("host command changes nothing: give rate_limit_rps and/or blocked")
+        _check_render(self.render)
+        if self.rate_limit_rps is None and self.blocked is None and self.render is None:
+            raise ContractError("host command changes nothing: give rate_limit_rps, blocked and/or render")
 
     def to_record(self) -> dict[str, Any]:
-        """The `crawl.control` record."""
-        return {**_common("host", self.id, self.issued_at), "host": self.host,
-                "rate_limit_rps": self.rate_limit_rps, "blocked": self.blocked}
+        """The `crawl.control` record (`render` only when given, so readers before it read the rest)."""
+        record = {**_common("host", self.id, self.issued_at), "host": self.host,
+                  "rate_limit_rps": self.rate_limit_rps, "blocked": self.blocked}
+        if self.render is not None:
+            record["render"] = self.render
+        return record
 
     def key(self) -> str:
         """The Kafka key: the host."""
@@ -220,16 +231,17 @@ ControlCommand = HostControl | Pause | Resume | Takedown
 
 
 def host_control(host: str, rate_limit_rps: float | None = None, blocked: bool | None = None, *,
-                 id: str, issued_at: float) -> HostControl:
+                 id: str, issued_at: float, render: str | None = None) -> HostControl:
     """A validated HostControl for `host` (a host[:port] or any URL of the host; PUT /v1/hosts).
 
     Raises ContractError naming the field: a host normalize_host rejects, a rate outside (0, 100],
-    a non-boolean `blocked`, or neither setting given.
+    a non-boolean `blocked`, a render mode not in RENDER_MODES, or no setting given.
     """
     if rate_limit_rps is not None:
         _check_rate(rate_limit_rps)
         rate_limit_rps = float(rate_limit_rps)
-    return HostControl(normalize_host(host), rate_limit_rps, blocked, id, issued_at)
+    _check_render(render)
+    return HostControl(normalize_host(host), rate_limit_rps, blocked, id, issued_at, render)
 
 
 def pause(*, id: str, issued_at: float) -> Pause:
@@ -310,7 +322,7 @@ def command_from_record(record: dict[str, Any]) -> ControlCommand:
     unknown = sorted(str(k) for k in set(record) - _FIELDS[kind])
     if unknown:
         raise ContractError(f"{_clip(unknown[0])}: unknown field for a {kind!r} command")
-    missing = sorted(_FIELDS[kind] - set(record))
+    missing = sorted(_FIELDS[kind] - _OPTIONAL.get(kind, frozenset()) - set(record))
     if missing:
         raise ContractError(f"{missing[0]}: missing from a {kind!r} command")
     command_id, issued_at = record["id"], record["issued_at"]
@@ -320,7 +332,7 @@ def command_from_record(record: dict[str, Any]) -> ControlCommand:
         if not isinstance(record["host"], str):
             raise ContractError(f"host: must be a string, got {type(record['host']).__name__}")
         return host_control(record["host"], record["rate_limit_rps"], record["blocked"], id=command_id,
-                            issued_at=issued_at)
+                            issued_at=issued_at, render=record.get("render"))
     if kind == "takedown":
         return takedown(record["scope"], record["value"], id=command_id, issued_at=issued_at)
     return Pause(command_id, issued_at) if kind == "pause" else Resume(command_id, issued_at)
@@ -344,6 +356,17 @@ def _check_rate(rate: Any) -> None:
     if not _is_number(rate) or not 0 < rate <= MAX_RATE_LIMIT_RPS:
         raise ContractError(f"rate_limit_rps: must be a number in (0, {MAX_RATE_LIMIT_RPS:g}] requests per "
                             f"second or null, got {_clip(repr(rate))}")
+
+
+def _check_render(mode: Any) -> None:
+    """A render mode (udfs.render_select.check_mode) or None; ContractError naming the field otherwise."""
+    if mode is None:
+        return
+    try:
+        check_mode(mode)
+    except (ValueError, TypeError):
+        raise ContractError(f"render: must be one of {', '.join(RENDER_MODES)} or null, "
+                            f"got {_clip(repr(mode))}") from None
 
 
 def _is_number(value: Any) -> bool:
@@ -456,8 +479,9 @@ def _clip(text: str, limit: int = 80) -> str:
 class HostView:
     """The controls in force for one host, folded from `crawl.control` in topic order (decision 1404).
 
-    rate_limit_rps / blocked: the last non-null value given (None: never set). taken_down: a host-scope
-    takedown was issued. last: the last command about this host; commands: how many there were.
+    rate_limit_rps / blocked / render: the last non-null value given (None: never set; a render mode
+    never set is "auto"). taken_down: a host-scope takedown was issued. last: the last command about
+    this host; commands: how many there were.
     """
 
     host: str
@@ -466,12 +490,13 @@ class HostView:
     taken_down: bool
     last: HostControl | Takedown
     commands: int
+    render: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The body of GET /v1/hosts/{host}."""
         return {"host": self.host, "rate_limit_rps": self.rate_limit_rps, "blocked": self.blocked,
-                "taken_down": self.taken_down, "updated_at": self.last.issued_at, "commands": self.commands,
-                "last_command": self.last.to_record()}
+                "render": self.render, "taken_down": self.taken_down, "updated_at": self.last.issued_at,
+                "commands": self.commands, "last_command": self.last.to_record()}
 
 
 def fold_host_views(commands: Iterable[ControlCommand]) -> dict[str, HostView]:
@@ -490,13 +515,15 @@ def fold_host_views(commands: Iterable[ControlCommand]) -> dict[str, HostView]:
         old = views.get(host)
         rate = old.rate_limit_rps if old else None
         blocked = old.blocked if old else None
+        render = old.render if old else None
         taken_down = old.taken_down if old else False
         if isinstance(command, HostControl):
             rate = command.rate_limit_rps if command.rate_limit_rps is not None else rate
             blocked = command.blocked if command.blocked is not None else blocked
+            render = command.render if command.render is not None else render
         else:
             taken_down = True
-        views[host] = HostView(host, rate, blocked, taken_down, command, (old.commands if old else 0) + 1)
+        views[host] = HostView(host, rate, blocked, taken_down, command, (old.commands if old else 0) + 1, render)
     return views
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from udfs import compact_json
 from udfs.control import MAX_TAKEDOWN_PATTERNS, check_takedown_pattern
 from udfs.records import TOPIC_CONTROL, TOPIC_STATUS, ContractError, encode
+from udfs.render_select import RENDER_MODES
 from udfs.urls import host_key
 
 ROW_VERSION = 1
@@ -39,6 +40,7 @@ class HostControls:
     rate_limit_rps: float | None = None  # operator ceiling; None = the configured politeness
     taken_down: bool = False         # a host takedown: nothing fetched, nothing admitted, ever
     paused: bool = False             # the whole crawl is paused
+    render_mode: str = "auto"        # `crawler host H --render`: "auto", "always" or "never" (decision 3905)
 
     @property
     def halted(self) -> bool:
@@ -89,7 +91,7 @@ class ControlTable:
     def __init__(self, max_patterns: int | None = None) -> None:
         """`max_patterns`: the cap on takedown patterns (the frontier passes ControlPolicy's); None takes
         every pattern (the consumers, which remove whatever was asked)."""
-        self._hosts: dict[str, tuple[float | None, bool]] = {}
+        self._hosts: dict[str, tuple[float | None, bool, str]] = {}   # host → (rate, blocked, render mode)
         self._paused = False
         self._taken_hosts: set[str] = set()
         self._taken_urls: set[str] = set()
@@ -108,10 +110,10 @@ class ControlTable:
 
     def for_host(self, host: str) -> HostControls:
         """The controls bearing on `host` (a udfs.urls.host_key)."""
-        rate, blocked = self._hosts.get(host, (None, False))
-        if not (blocked or rate is not None or self._paused or host in self._taken_hosts):
+        rate, blocked, render = self._hosts.get(host, (None, False, "auto"))
+        if not (blocked or rate is not None or self._paused or host in self._taken_hosts or render != "auto"):
             return NO_CONTROLS
-        return HostControls(blocked, rate, host in self._taken_hosts, self._paused)
+        return HostControls(blocked, rate, host in self._taken_hosts, self._paused, render)
 
     @property
     def pattern_count(self) -> int:
@@ -195,13 +197,17 @@ class ControlTable:
             return []
         kind = record.get("type")
         if kind == "host":
-            rate, blocked = self._hosts.get(record["host"], (None, False))
+            rate, blocked, render = self._hosts.get(record["host"], (None, False, "auto"))
             if record.get("rate_limit_rps") is not None:
                 rate = float(record["rate_limit_rps"])
             if record.get("blocked") is not None:
                 blocked = bool(record["blocked"])
-            value = compact_json.dumps({"v": ROW_VERSION, "rate_limit_rps": rate, "blocked": blocked})
-            return [(_HOST + record["host"], value)]
+            if record.get("render") in RENDER_MODES:
+                render = record["render"]
+            row: dict[str, Any] = {"v": ROW_VERSION, "rate_limit_rps": rate, "blocked": blocked}
+            if render != "auto":   # rows of hosts without a mode stay as rows before modes were
+                row["render"] = render
+            return [(_HOST + record["host"], compact_json.dumps(row))]
         if kind in ("pause", "resume"):
             return [(PAUSED_KEY, "1" if kind == "pause" else "0")]
         if kind == "takedown" and record.get("scope") in ("url", "host", "pattern"):
@@ -215,8 +221,9 @@ class ControlTable:
         elif key.startswith(_HOST):
             try:
                 row = compact_json.loads(value)
-                rate = row.get("rate_limit_rps")
-                self._hosts[key[len(_HOST):]] = (float(rate) if rate is not None else None, bool(row.get("blocked")))
+                rate, render = row.get("rate_limit_rps"), row.get("render")
+                self._hosts[key[len(_HOST):]] = (float(rate) if rate is not None else None, bool(row.get("blocked")),
+                                                 render if render in RENDER_MODES else "auto")
             except (ValueError, TypeError, AttributeError):
                 return
         elif key.startswith(_TAKEDOWN):

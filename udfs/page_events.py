@@ -18,10 +18,11 @@ from udfs import compact_json
 from udfs.canonical import HINT, CanonicalVerdict, judge_canonical
 from udfs.fetch_status import (header_value, is_complete_page, redirect_target, redirect_written,
                                retry_after_seconds)
-from udfs.page_facts import ParsedBundle, payload_length
+from udfs.page_facts import ParsedBundle, payload_length, rendered_dom
 from udfs.recent import RecentUrls
 from udfs.records import (PRIORITY_SITEMAP, SCHEMA_VERSION, TOPIC_FRONTIER, TOPIC_OUTCOMES, TOPIC_PAGES, Completion,
-                          DiscoveredBatch, FetchRequest, FetchStatus, ParsedPage, UrlEntry, encode, response_url)
+                          DiscoveredBatch, FetchRequest, FetchResult, FetchStatus, ParsedPage, UrlEntry, encode,
+                          render_event, response_url)
 from udfs.urls import host_key, url_fp
 from udfs.warc_capture import Location
 
@@ -35,9 +36,26 @@ Event = tuple[str, str, bytes]          # (topic, key, value)
 
 
 def is_alias(bundle: ParsedBundle) -> bool:
-    """Whether dedup found the page's payload owned by another URL (an exact duplicate, decision 1300)."""
+    """Whether dedup found the page's payload owned by another URL (an exact duplicate, decision 1300).
+    A rendered page is no alias: its facts are its DOM's, which the payload dedup judged does not decide
+    (single-page apps serve one shell for every page; decision 3906)."""
+    return alias_of(bundle) is not None
+
+
+def alias_of(bundle: ParsedBundle) -> str | None:
+    """The URL that owns the page's content when the page is an alias (`is_alias`), else None."""
     verdict = bundle.get("dedup")
-    return verdict is not None and verdict["duplicate_of"] is not None
+    if verdict is None or verdict["duplicate_of"] is None or rendered_dom(bundle["result"]) is not None:
+        return None
+    return verdict["duplicate_of"]
+
+
+def _page_done_at(result: FetchResult) -> float:
+    """When the page's own fetch ended: a render's result is done when its render is (the host's gap
+    counts from its last request), but the fetch time the frontier scales the gap by is the page's."""
+    render = result.get("render")
+    page_done_at = render.get("page_done_at") if isinstance(render, dict) else None
+    return page_done_at if isinstance(page_done_at, (int, float)) else result["done_at"]
 
 
 def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None = None) -> Completion:
@@ -51,7 +69,7 @@ def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None
         v=SCHEMA_VERSION, type="completion", host=request["host"], lease_id=request["lease_id"],
         url=request["url"], fp=request["fp"], fetch_status=result["fetch_status"], http_status=status,
         started_at=result["started_at"], done_at=result["done_at"],
-        fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3), bytes=payload_length(bundle),
+        fetch_ms=round((_page_done_at(result) - result["started_at"]) * 1000.0, 3), bytes=payload_length(bundle),
         content_hash=bundle["content_hash"], simhash=bundle["simhash"],
         etag=header_value(headers, "etag"), last_modified=header_value(headers, "last-modified"),
         redirect=redirect_target(response_url(result), status, headers),
@@ -68,8 +86,7 @@ def canonical_verdict(bundle: ParsedBundle) -> CanonicalVerdict | None:
     if page is None or not page["canonical"]:
         return None
     near = verdict["near"] if verdict is not None else None
-    return judge_canonical(bundle["result"]["request"]["url"], page["canonical"],
-                           verdict["duplicate_of"] if verdict is not None else None,
+    return judge_canonical(bundle["result"]["request"]["url"], page["canonical"], alias_of(bundle),
                            near["url"] if near is not None else None)
 
 
@@ -92,7 +109,7 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
     request = result["request"]
     assert bundle["content_hash"] is not None and bundle["simhash"] is not None
     verdict = bundle.get("dedup")
-    duplicate_of = verdict["duplicate_of"] if verdict is not None else None
+    duplicate_of = alias_of(bundle)
     near = verdict["near"] if verdict is not None else None
     record = ParsedPage(
         v=SCHEMA_VERSION, url=request["url"], url_fp=request["fp"], final_url=response_url(result),
@@ -111,6 +128,8 @@ def parsed_page(bundle: ParsedBundle, where: Location) -> ParsedPage | None:
         record["canonical"] = canonical.as_record()
     if "parse_limit" in bundle:   # text and links are those before a parse cap (decision 3700)
         record["parse_limit"] = bundle["parse_limit"]
+    if rendered_dom(result) is not None:   # facts of the DOM the page's scripts built (decision 3903)
+        record["rendered"] = result["render"]["reason"]  # type: ignore[typeddict-item]
     return record
 
 
@@ -213,13 +232,19 @@ def discovered_batches(bundle: ParsedBundle, recent: RecentUrls | None = None) -
 
 def events_for(bundle: ParsedBundle, where: Location | None,
                capture: dict[str, str | None] | None = None, recent: RecentUrls | None = None) -> list[Event]:
-    """Every event one archived (or unarchivable) page fetch produces, as (topic, key, value)."""
+    """Every event one archived (or unarchivable) page fetch produces, as (topic, key, value): its
+    pages.parsed record, its discoveries, the render it asks for, its completion."""
     events: list[Event] = []
     page = parsed_page(bundle, where) if where is not None else None
     if page is not None:
         events.append((TOPIC_PAGES, str(page["url_fp"]), encode(dict(page))))
     for batch in discovered_batches(bundle, recent):
         events.append((TOPIC_FRONTIER, batch["host"], encode(dict(batch))))
+    reason = bundle.get("render_wanted")
+    if reason is not None:   # the rendering tier renders the page next (decision 3903)
+        request = bundle["result"]["request"]
+        render = render_event(request["host"], request["url"], request["fp"], request.get("depth", 0), reason)
+        events.append((TOPIC_FRONTIER, request["host"], encode(dict(render))))
     completion = completion_event(bundle, capture)
     events.append((TOPIC_OUTCOMES, completion["host"], encode(dict(completion))))
     return events

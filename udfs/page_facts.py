@@ -2,7 +2,9 @@
 
 `parse_result` hashes a page, extracts its links and text (`udfs.links.extract`), computes its SimHash,
 judges its TDM opt-out and compares it with its host's soft-404 probe; a sitemap lease's answer is read
-as a sitemap instead. The parse operator (operators/parse.py) runs it in a sandboxed worker process
+as a sitemap instead. A render lease's page is read from the DOM its render built (its links and text
+exist only there: decision 3903); a plain page the rendering tier should render says why
+(`render_wanted`, `udfs.render_select`). The parse operator (operators/parse.py) runs it in a sandboxed worker process
 (operators/sandbox.py) through `sandboxed_facts`, so the bundle's bulky result never crosses that pipe.
 `pack_payload` deflates the response block for the writer (decision 1823). No I/O, never raises.
 """
@@ -16,6 +18,8 @@ from udfs.fetch_status import header_value, is_archived, is_complete_page, is_no
 from udfs.links import DEFAULT_POLICY, ExtractPolicy, extract
 from udfs.optout import DEFAULT_OPTOUT_POLICY, OptOutPolicy, decide, meta_names
 from udfs.records import FetchResult, response_url
+from udfs.render_policy import RenderPolicy
+from udfs.render_select import render_reason
 from udfs.simhash import simhash
 from udfs.sitemaps import DEFAULT_SITEMAP_POLICY, SitemapPolicy, followable, parse_sitemap
 from udfs.soft404 import ProbeRow, Soft404Policy, is_soft_404
@@ -67,6 +71,9 @@ class ParsedBundle(TypedDict):
     # The page met a parse limit (decision 3700): "depth" or "elements" (`page` holds what the text before
     # the cap says), or "cpu", "memory" or "crashed" (the sandboxed extraction was stopped: `page` is None)
     parse_limit: NotRequired[str]
+    # Why the rendering tier should render this plain page (a reason of udfs.render_select); the parse
+    # operator keeps it within the crawl's render share, the writer sends the render to the frontier.
+    render_wanted: NotRequired[str]
 
 
 def content_hash(body: bytes) -> str:
@@ -103,14 +110,23 @@ def payload_digest(bundle: ParsedBundle, algorithm: str) -> str:
     return packed.payload_digest if packed is not None else digest(bundle["result"]["body"], algorithm)
 
 
+def rendered_dom(result: FetchResult) -> bytes | None:
+    """The DOM a render lease's render built (UTF-8), or None: no render, or it gave nothing."""
+    render = result.get("render")
+    dom = render.get("dom") if isinstance(render, dict) else None
+    return dom.encode("utf-8") if isinstance(dom, str) and dom else None
+
+
 def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
                  optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY, soft404: Soft404Policy | None = None,
-                 sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY) -> ParsedBundle:
+                 sitemaps: SitemapPolicy = DEFAULT_SITEMAP_POLICY, render: RenderPolicy | None = None) -> ParsedBundle:
     """Hash, SimHash, extract and judge the TDM opt-out of one page result (§1 parse; decisions
     1202-1203); with a `soft404` policy, compare it with its host's probe answer when the request
     carries one. Never raises (extract reports errors as data, decide counts bad input
     as no signal, a malformed probe row checks nothing). A sitemap lease's answer is no page: it is
-    read as a sitemap, archived and never published."""
+    read as a sitemap, archived and never published. A rendered page's facts come from its DOM (the
+    hash stays the archived payload's); with a `render` policy, a plain page says whether and why it
+    should be rendered."""
     has_response = result["http_status"] is not None
     bundle = ParsedBundle(result=result, content_hash=content_hash(result["body"]) if has_response else None,
                           simhash=None, page=None)
@@ -120,7 +136,9 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
         bundle["sitemap"] = sitemap_facts(result, sitemaps)
         return bundle
     url = response_url(result)
-    found = extract(url, result["headers"], result["body"], policy, meta_names=meta_names(optout))
+    dom = rendered_dom(result)
+    found = extract(url, result["headers"], result["body"] if dom is None else dom, policy,
+                    meta_names=meta_names(optout))
     verdict = decide(url, headers=result["headers"], meta=found.meta,
                      robots_disallowed=result["request"].get("ai_disallowed") or (),
                      tdmrep_file_value=result["request"].get("tdm_file"), policy=optout)
@@ -140,6 +158,10 @@ def parse_result(result: FetchResult, policy: ExtractPolicy = DEFAULT_POLICY,
     probe = result["request"].get("soft404_probe")
     if soft404 is not None and probe and _like_probe(probe, result, bundle["simhash"], found.title, soft404):
         bundle["page"]["soft_404"] = True
+    if render is not None and "render" not in result:
+        reason = render_reason(len(found.text), result["body"], result["request"].get("render_mode", "auto"), render)
+        if reason is not None:
+            bundle["render_wanted"] = reason
     return bundle
 
 
@@ -171,10 +193,10 @@ def limited_bundle(result: FetchResult, reason: str) -> ParsedBundle:
 
 
 def sandboxed_facts(policy: ExtractPolicy, optout: OptOutPolicy, soft404: Soft404Policy | None,
-                    sitemaps: SitemapPolicy, result: FetchResult) -> dict[str, Any]:
+                    sitemaps: SitemapPolicy, render: RenderPolicy | None, result: FetchResult) -> dict[str, Any]:
     """`parse_result` as the parse operator's sandboxed worker runs it (operators/sandbox.py): the
     bundle without its result, which the caller holds already, so only the facts cross the pipe back."""
-    bundle = parse_result(result, policy, optout, soft404, sitemaps)
+    bundle = parse_result(result, policy, optout, soft404, sitemaps, render)
     return {key: value for key, value in bundle.items() if key != "result"}
 
 

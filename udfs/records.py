@@ -5,7 +5,8 @@ version `v`, so a new release can read what an old one wrote (docs/architecture.
 below document the fields; `encode`/`decode` are the one place that turns them into topic bytes.
 
 Topics
-- `crawl.frontier` (key = host_key): `DiscoveredBatch` events: new URLs from pages, seeds, redirects.
+- `crawl.frontier` (key = host_key): `DiscoveredBatch` events: new URLs from pages, seeds, redirects;
+  `RenderRequest` events: a fetched page the parse step picked for rendering (decision 3905).
 - `crawl.outcomes` (key = host_key): what became of each lease: `Completion`, `RobotsResult`,
   `TdmrepResult` events, and `LeaseExtend` (a page lease whose capture still waits to be durable);
   `IpDone` (key = the IP gate key) is not written (the fetcher keeps its gate); the
@@ -115,6 +116,25 @@ class DiscoveredBatch(TypedDict):
     # the frontier reads how far behind discovery it is, and brakes its releases past
     # `frontier.max_discovery_lag_s`.
     found_at: NotRequired[float]
+
+
+class RenderRequest(TypedDict):
+    """A fetched page the parse step picked for rendering (udfs.render_select, decision 3900), sent by the
+    WARC writer to its host's frontier, which leases it as the host's next page (decision 3905). Built
+    by `render_event`."""
+
+    v: int
+    type: Literal["render"]
+    host: str
+    url: str            # the page's normalised URL (its FetchRequest.url)
+    fp: int             # udfs.urls.url_fp(url), as discovered URLs carry it
+    depth: int          # the page's depth
+    reason: str         # why it is rendered: one of udfs.render_select.REASONS
+
+
+def render_event(host: str, url: str, fp: int, depth: int, reason: str) -> RenderRequest:
+    """The `crawl.frontier` event that asks `host`'s frontier to render the page `url` for `reason`."""
+    return RenderRequest(v=SCHEMA_VERSION, type="render", host=host, url=url, fp=fp, depth=depth, reason=reason)
 
 
 class Completion(TypedDict):
@@ -265,6 +285,20 @@ class FetchRequest(TypedDict):
     # follows that host's pages with the sitemap's hints too, and the writer passes it on to an index's
     # sitemaps and a redirected sitemap's target.
     sitemap_for: NotRequired[str]
+    # Ordinary page leases only, set only when an operator gave the host a render mode other than "auto"
+    # (`crawler host H --render`): "always" or "never", which the parse step's selection honours.
+    render_mode: NotRequired[str]
+    # Render leases only (kind "page", decision 3905): why the page is rendered (RenderRequest.reason).
+    # Its presence is what makes the lease a render: fetch the page, then render it.
+    render: NotRequired[str]
+    # Render leases only, set only when the host has rules (its robots.txt answered 2xx): that robots.txt
+    # body as the frontier holds it (base64 text), to judge the render's own sub-resource requests with.
+    # Absent: the host allows everything (robots.txt answered 4xx).
+    robots_b64: NotRequired[str]
+    # Render leases only: the host's politeness gap in seconds as the frontier keeps it between the host's
+    # requests (udfs.politeness.fetch_gap of its Crawl-delay, operator rate limit and backoff), to pace
+    # the render's sub-resource requests at.
+    delay_s: NotRequired[float]
 
 
 class FetchResult(TypedDict):
@@ -312,6 +346,9 @@ class ParsedPage(TypedDict):
     canonical: NotRequired[dict[str, str]]   # {"url", "trust", "reason"} (udfs.canonical)
     # "depth" or "elements": text and links are those of the page's text before that parse cap
     parse_limit: NotRequired[str]
+    # Why the rendering tier rendered the page (a reason of udfs.render_select): title, text and links
+    # are those of the DOM its scripts built; the WARC file holds that DOM after the response
+    rendered: NotRequired[str]
 
 
 class CanonicalRevised(TypedDict):
@@ -333,7 +370,7 @@ class ContractError(ValueError):
 
 
 _FRONTIER_TYPES = {"discovered", "completion", "robots", "tdmrep", "probe", "ip_done", "domain_hosts",
-                   "lease_extend"}
+                   "lease_extend", "render"}
 
 
 def encode(record: dict[str, Any]) -> bytes:
@@ -375,10 +412,25 @@ def decode_frontier_event(raw: bytes | str) -> dict[str, Any]:
         raise ContractError("probe event needs a lease_id")
     if kind == "lease_extend" and not is_lease_extend(event):
         raise ContractError("lease_extend event needs a lease_id and a url_fp (an integer from 0 to 2**64 - 1)")
+    if kind == "render":
+        _check_render(event)
     hosts = event.get("hosts")
     if kind == "domain_hosts" and not (isinstance(hosts, int) and not isinstance(hosts, bool) and hosts >= 1):
         raise ContractError(f"domain_hosts event needs a host count >= 1, got {hosts!r}")
     return event
+
+
+def _check_render(event: dict[str, Any]) -> None:
+    """A `render` event's fields (RenderRequest); raises ContractError naming the first bad one."""
+    url, fp, depth, reason = event.get("url"), event.get("fp"), event.get("depth"), event.get("reason")
+    if not isinstance(url, str) or not url:
+        raise ContractError(f"render event needs a url text, got {str(url)[:80]!r}")
+    if not (isinstance(fp, int) and not isinstance(fp, bool) and 0 <= fp < 1 << 64):
+        raise ContractError(f"render event needs an fp (an integer from 0 to 2**64 - 1), got {str(fp)[:80]!r}")
+    if not (isinstance(depth, int) and not isinstance(depth, bool) and depth >= 0):
+        raise ContractError(f"render event needs a depth (an integer >= 0), got {str(depth)[:80]!r}")
+    if not isinstance(reason, str) or not reason:
+        raise ContractError(f"render event needs a reason text, got {str(reason)[:80]!r}")
 
 
 def is_lease_extend(event: dict[str, Any]) -> bool:

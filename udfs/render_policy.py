@@ -33,6 +33,7 @@ class RenderPolicy:
     tracker_hosts: hosts whose requests are refused, with their subdomains (analytics, advertising).
     same_site_only: only the page's own host and hosts of its registrable domain are asked (True); other
         hosts' scripts are refused.
+    max_concurrent: renders a fetch subtask runs at once, in its one browser (2).
     """
 
     enabled: bool = False
@@ -48,6 +49,7 @@ class RenderPolicy:
     refused_types: tuple[str, ...] = DEFAULT_REFUSED_TYPES
     tracker_hosts: tuple[str, ...] = DEFAULT_TRACKER_HOSTS
     same_site_only: bool = True
+    max_concurrent: int = 2
 
     def __post_init__(self) -> None:
         for name in ("enabled", "same_site_only"):
@@ -60,7 +62,8 @@ class RenderPolicy:
                 or not 0 < self.page_timeout_s <= 300:
             raise ValueError(f"render.page_timeout_s must be seconds within (0, 300], not {self.page_timeout_s!r}")
         for name, low in (("near_empty_chars", 0), ("scan_bytes", 1024), ("settle_ms", 0), ("scroll_steps", 0),
-                          ("max_subresources", 0), ("max_subresource_bytes", 1024), ("max_dom_bytes", 1024)):
+                          ("max_subresources", 0), ("max_subresource_bytes", 1024), ("max_dom_bytes", 1024),
+                          ("max_concurrent", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"render.{name} must be a whole number >= {low}, not {value!r}")

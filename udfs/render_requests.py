@@ -12,6 +12,11 @@ politeness, the SSRF guard), after the sub-resource cache had no fresh copy:
 - `tracker`: a host of `RenderPolicy.tracker_hosts` or one of its subdomains;
 - `third_party`: with `same_site_only`, a host outside the page's registrable domain;
 - `budget`: the render already made `max_subresources` requests.
+
+A request the browser may make then passes the lease's own gate (`lease_refusal`): the render holds its
+page's host lease, so only that host is asked (`other_host`: another host waits for its own frontier's
+lease), and only where the host's robots.txt lets our agent (`robots`); the fetcher adds the host's
+delay between requests and the SSRF guard.
 """
 from __future__ import annotations
 
@@ -19,10 +24,15 @@ from typing import Final
 from urllib.parse import urlsplit
 
 from udfs.render_policy import DEFAULT_RENDER_POLICY, RenderPolicy
-from udfs.urls import registrable_domain
+from udfs.robots import RobotsRules
+from udfs.urls import host_key, normalize_url, registrable_domain
 
 FETCH: Final = "fetch"
+# The FetchRequest kind of a render's own request (a script, a style, an API answer): fetched like a
+# page, but of any content type.
+SUBRESOURCE_KIND: Final = "subresource"
 REFUSALS: Final = ("scheme", "method", "type", "tracker", "third_party", "budget")
+LEASE_REFUSALS: Final = ("other_host", "robots")
 CACHEABLE_TYPES: Final = frozenset({"Script", "Stylesheet", "Font"})
 
 
@@ -52,3 +62,21 @@ def cacheable(resource_type: str) -> bool:
     """Whether a sub-resource of this type is shared across pages (scripts, styles, fonts) and so kept
     in the sub-resource cache."""
     return resource_type in CACHEABLE_TYPES
+
+
+def lease_refusal(url: str, lease_host: str, rules: RobotsRules | None, user_agent: str) -> str | None:
+    """Why the render of a page leased for `lease_host` (the frontier's host key: host and non-default
+    port) may not fetch `url` itself, or None: another host (`other_host`), or one robots.txt keeps our
+    agent off (`robots`; a rules object that raises refuses). `rules` None: the host has no rules (no robots.txt), so nothing is kept off."""
+    normal = normalize_url(url)
+    try:
+        if normal is None or host_key(normal) != lease_host:
+            return "other_host"
+    except ValueError:
+        return "other_host"
+    if rules is None:
+        return None
+    try:
+        return None if rules.check(url, user_agent).allowed else "robots"
+    except Exception:  # noqa: BLE001 - a hostile robots.txt refuses, never fails the render
+        return "robots"

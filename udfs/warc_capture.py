@@ -3,8 +3,9 @@
 A fetch is archived as a response + request record pair (WARC 1.1 §6.3-6.4). As dedup decides
 (decisions 1300-1301), an exact duplicate of another capture becomes an identical-payload revisit +
 request, and a near-duplicate adds a metadata record beside its response; a recrawl's 304 becomes a
-server-not-modified revisit + request (decision 1113). Robots.txt, tdmrep.json and probe answers are
-not archived. Pure: the records come from `udfs.warc.WarcBuilder`; `operators.warc_files` writes them.
+server-not-modified revisit + request (decision 1113). A rendered page adds its render's records after
+them: the sub-resources the browser fetched and the rendered DOM as a conversion record (decision 3902).
+Robots.txt, tdmrep.json and probe answers are not archived. Pure: the records come from `udfs.warc.WarcBuilder`; `operators.warc_files` writes them.
 """
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import dataclasses
 
 from udfs.dedup import DedupVerdict, metadata_fields
 from udfs.fetch_status import is_archived, is_not_modified, warc_http_version
-from udfs.page_facts import ParsedBundle
+from udfs.page_facts import ParsedBundle, rendered_dom
 from udfs.records import FetchResult, response_url
+from udfs.render_capture import SubresourceCapture, render_records
 from udfs.warc import PackedBlock, RevisitTarget, WarcBuilder, WarcRecord
 
 
@@ -61,7 +63,23 @@ def revisit_records(builder: WarcBuilder, result: FetchResult, warcinfo_id: str 
 
 
 def bundle_records(builder: WarcBuilder, bundle: ParsedBundle, warcinfo_id: str | None) -> list[WarcRecord]:
-    """The records of one page bundle as dedup decided: a revisit + request for
+    """The records of one page bundle as dedup decided (`fetch_records`), then, for a rendered page,
+    its render's (`udfs.render_capture.render_records`), which refer to the first."""
+    records = fetch_records(builder, bundle, warcinfo_id)
+    result = bundle["result"]
+    dom = rendered_dom(result)
+    if records and dom is not None:
+        render = result["render"]  # type: ignore[typeddict-item]
+        subresources = [SubresourceCapture(c["url"], c["status"], c["reason"], tuple(map(tuple, c["headers"])),
+                                           c["body"], tuple(map(tuple, c.get("request_headers") or ())), c.get("ip"))
+                        for c in render.get("captures") or ()]
+        records += render_records(builder, response_url(result), records[0].record_id, dom.decode("utf-8"),
+                                  subresources, result["done_at"], warcinfo_id)
+    return records
+
+
+def fetch_records(builder: WarcBuilder, bundle: ParsedBundle, warcinfo_id: str | None) -> list[WarcRecord]:
+    """The records of one page fetch as dedup decided: a revisit + request for
     an exact duplicate; else response + request, plus a metadata record (WARC 1.1 §6.6, concurrent
     to the response) for a near-duplicate; plain `capture_records` for bundles dedup did not see."""
     result, verdict, packed = bundle["result"], bundle.get("dedup"), bundle.get("packed")

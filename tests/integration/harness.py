@@ -13,7 +13,7 @@ import time
 import urllib.request
 import uuid
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -26,7 +26,7 @@ from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from bus import kafka_io
 from crawler.crawl import records_since, seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source, python_worker_settings
-from synthweb import SyntheticWebProcess, WebPolicy
+from synthweb import SyntheticWebProcess, WebPolicy, load_log
 from synthweb.model import policy_to_dict
 from udfs.config import CrawlConfig, load_config
 from udfs.records import TOPIC_FRONTIER, TOPIC_OUTCOMES, decode_frontier_event
@@ -159,6 +159,33 @@ def start_crawl_job(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Pa
         client.cancel().result()
         raise
     return client, start_ms
+
+
+def app_page(web: Any, port: int, index: int = -1) -> tuple[Any, Any, str]:
+    """The first single-page-app host of a described web (synthweb.spa), its page at `index` and the
+    page's URL on the server's `port`."""
+    host = next(h for h in web.hosts if h.spa)
+    page = host.pages[index]
+    return host, page, f"http://{host.name}:{port}{page.path}"
+
+
+def crawl_until_served(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Path, name: str,
+                       web: SyntheticWebProcess, done: Callable[[set[tuple[str, str]]], bool],
+                       deadline_s: float, settle_s: float) -> int:
+    """Run the crawl job of `config` against `web` until `done` holds for the (host, path) pairs the server
+    has served (checked every 3 s, for at most `deadline_s`), then `settle_s` more for what is in flight
+    to reach the topics; cancel it. Returns the start time in ms (collect topics from it)."""
+    client, start_ms = start_crawl_job(config, kafka_bootstrap, connector_jar, name, web.seeds)
+    try:
+        deadline = time.monotonic() + deadline_s
+        while time.monotonic() < deadline:
+            time.sleep(3)
+            if done({(r["host"], r["path"]) for r in load_log(web.log_path) if r.get("event") == "request"}):
+                time.sleep(settle_s)
+                break
+    finally:
+        client.cancel().result()
+    return start_ms
 
 
 class FrontierJob(NamedTuple):

@@ -14,7 +14,7 @@ import pytest
 from operators.browser import Browser, Fetched, find_chromium
 from synthweb import WebPolicy, build_web, load_log, spa
 from synthweb.links import page_links
-from tests.integration.harness import start_policy_web
+from tests.integration.harness import app_page, start_policy_web
 from udfs.render_policy import RenderPolicy
 
 pytestmark = pytest.mark.skipif(find_chromium() is None, reason="no Chromium on PATH (apt-get install chromium)")
@@ -63,9 +63,7 @@ def render_page(server, url: str, policy: RenderPolicy = RENDER):
 
 def test_an_app_page_renders_with_every_link_and_every_request_through_the_callers_fetch(served):
     server, web = served
-    host = next(h for h in web.hosts if h.spa)
-    page = host.pages[-1]
-    url = f"http://{host.name}:{server.port}{page.path}"
+    host, page, url = app_page(web, server.port)
     before = len(load_log(server.log_path))
     document, result, asked = render_page(server, url)
     assert document.body == spa.SHELL and not result.timed_out

@@ -9,14 +9,13 @@ as a page."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 from crawler.crawl import records_since
-from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
+from tests.integration.harness import crawl_until_served, loop_config, loop_events, start_policy_web
 from synthweb import WebPolicy, audit_politeness, build_web, load_log
 from synthweb.model import RobotsVariant
 from synthweb.robots import INDEX_CHILDREN
@@ -50,17 +49,9 @@ def sitemap_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factor
     assert {h.sitemap for h in described.hosts} == {"urlset", "index", "elsewhere"}
     wanted = {request for h in described.hosts for request in _sitemap_requests(h)}
     try:
-        client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "sitemaps-test", web.seeds)
-        try:
-            deadline = time.monotonic() + DEADLINE_S
-            while time.monotonic() < deadline:
-                time.sleep(3)
-                served = {(r["host"], r["path"]) for r in load_log(web.log_path) if r.get("event") == "request"}
-                if wanted <= served:
-                    time.sleep(5)   # the last sitemap's discoveries reach the topic
-                    break
-        finally:
-            client.cancel().result()
+        # Until every sitemap was fetched, then 5 s for the last one's discoveries to reach the topic.
+        start_ms = crawl_until_served(config, kafka_bootstrap, flink_connector_jar, "sitemaps-test", web,
+                                      lambda served: wanted <= served, DEADLINE_S, 5)
     finally:
         web.stop()
     yield {"config": config, "web": described, "log": load_log(web.log_path),

@@ -104,7 +104,7 @@ def test_an_unreadable_seed_file_exits_2(tmp_path: Path, capsys: pytest.CaptureF
 def test_the_raw_of_a_cli_reject_is_the_parsed_arguments():
     args = parse("host", "a.test", "--rate-limit", "500", "--bootstrap", "127.0.0.1:1")
     assert json.loads(arguments_json(args)) == {"blocked": None, "bootstrap": "127.0.0.1:1", "command": "host",
-                                                "host": "a.test", "rate_limit": 500.0}
+                                                "host": "a.test", "rate_limit": 500.0, "render": None}
 
 
 def test_new_ids_are_uuid4_hex_the_contract_accepts():

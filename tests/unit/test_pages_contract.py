@@ -60,8 +60,9 @@ def test_a_record_without_content_type_validates():
     VALIDATOR.validate(page)
 
 
-OPTIONAL = {"optout", "canonical", "parse_limit"}   # canonical: only when the page names another URL (decision
-# 1804); parse_limit: only when its markup went past a parse cap (decision 3700)
+OPTIONAL = {"optout", "canonical", "parse_limit", "rendered"}   # canonical: only when the page names another
+# URL (decision 1804); parse_limit: only when its markup went past a parse cap (decision 3700); rendered:
+# only for a page the rendering tier rendered (decision 3903)
 
 
 def test_schema_lists_every_field_the_writer_emits(record):

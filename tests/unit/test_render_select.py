@@ -116,3 +116,16 @@ def test_other_sites_are_asked_when_same_site_only_is_off_and_the_budget_ends_ev
 
 def test_scripts_styles_and_fonts_are_the_shared_kinds():
     assert [cacheable(k) for k in ("Script", "Stylesheet", "Font", "Fetch", "Document")] == [True, True, True, False, False]
+
+
+def test_a_render_asks_only_its_leases_host_and_what_robots_txt_lets_it():
+    from udfs.render_requests import lease_refusal
+    from udfs.robots import parse_robots
+
+    rules = parse_robots(b"User-agent: *\nDisallow: /api/\n")
+    assert lease_refusal("http://App.test:8080/static/app.js", "app.test:8080", rules, "Bot") is None
+    assert lease_refusal("http://app.test/static/app.js", "app.test:8080", rules, "Bot") == "other_host"
+    assert lease_refusal("http://cdn.app.test:8080/x.js", "app.test:8080", rules, "Bot") == "other_host"
+    assert lease_refusal("http://app.test:8080/api/page", "app.test:8080", rules, "Bot") == "robots"
+    assert lease_refusal("http://app.test:8080/api/page", "app.test:8080", None, "Bot") is None
+    assert lease_refusal("not a url", "app.test:8080", None, "Bot") == "other_host"

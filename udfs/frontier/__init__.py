@@ -42,6 +42,7 @@ The modules, each importing only from the ones above it:
 - `queues`: push and pop over the discovery priorities and the recrawl tiers;
 - `admission`: entries checked, screened by the trap rules and admitted, or dropped with a `Verdict`;
 - `release`: `plan` and the leases it hands out, and the host's next timer;
+- `renders`: render events admitted into the host row and leased as its next page (decision 3905);
 - `outcomes`: the end of a page lease (completion, retry, park, recrawl schedule, parse strikes);
 - `preflight`: the end of a robots.txt, tdmrep.json or soft-404 probe lease;
 - `expiry`: lease expiry and extension.

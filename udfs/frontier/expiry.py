@@ -14,6 +14,7 @@ from udfs.frontier.rows import HostState, replace
 from udfs.frontier.release import _no_tdmrep
 from udfs.frontier.outcomes import Outcome, _paced, _retry_or_park, issued_in_run, orphan_lease
 from udfs.frontier.preflight import _robots_failed
+from udfs.frontier.renders import requeue_render
 
 
 def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
@@ -22,7 +23,8 @@ def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_
                  run: str = "") -> tuple[HostState, Outcome]:
     """At a timer: a lease past its deadline ends with no completion (at-least-once, §1).
 
-    A page goes back to its queue with attempt + 1 (parked at max_attempts); a robots lease counts as
+    A page goes back to its queue with attempt + 1 (parked at max_attempts), a render to the host's
+    renders (given up at max_attempts; decision 3905); a robots lease counts as
     an unreachable robots.txt; a tdmrep lease as no file until the robots.txt TTL (decision 1930).
     All raise the host's backoff like a timeout.
 
@@ -43,6 +45,9 @@ def expire_lease(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_
         return _no_tdmrep(state, now, robots_policy), Outcome(True, store_tdmrep="")
     if lease.kind == "probe":
         return replace(state, probe=no_answer(now)), Outcome(True)
+    if lease.render is not None:   # a render waits again, first (decision 3905)
+        state, verdict = requeue_render(state, lease, True, policy)
+        return state, Outcome(True, fp=lease.item.fp, render=verdict)
     return _retry_or_park(state, lease.item, now, policy)
 
 

@@ -15,6 +15,7 @@ from udfs.frontier.rows import (HostState, Lease, QueueItem, UrlRecord, UrlStatu
                                 stored_capture)
 from udfs.frontier.pages import GONE_STATUSES, page_value
 from udfs.frontier.queues import push
+from udfs.frontier.renders import RenderVerdict, requeue_render
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,7 @@ class Outcome:
     recrawl: bool = False            # the lease was a recrawl-lane URL
     url: str | None = None           # the leased URL (to put it in a due bucket when `record.due` is set)
     orphaned: bool = False           # an expired lease an earlier run issued: nothing charged
+    render: RenderVerdict | None = None  # a render lease ended: DONE, RETRIED or GAVE_UP (decision 3905)
 
 
 _RETRY_HEALTH = {Health.THROTTLED, Health.SERVER_ERROR, Health.TIMEOUT, Health.UNREACHABLE}
@@ -87,6 +89,10 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
     else is DONE.
     With a `recrawl` policy, a 2xx or 304 also updates the URL's history (`previous` is its row) and
     schedules it (`recrawl_record`).
+    A render lease (decision 3905) paces the host the same way (its parse limits count as strikes too),
+    but writes no URL row: the URL's status, history and schedule stay as the page's own fetch left
+    them, so a render neither counts as a second fetch nor moves its recrawl. A retryable failure puts
+    the render back first in the host's renders (`requeue_render`).
     """
     lease = state.lease
     if lease is None or lease.kind != "page" or event.get("lease_id") != lease.lease_id \
@@ -107,6 +113,11 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
                    politeness, _number(event.get("done_at")))
     if hostile:
         state = parse_strike(state, now, policy)
+    if lease.render is not None:   # the URL's row and schedule stay as its fetch left them
+        if health in _RETRY_HEALTH:
+            state, verdict = requeue_render(state, lease, True, policy)
+            return state, Outcome(True, fp=lease.item.fp, render=verdict)
+        return state, Outcome(True, fp=lease.item.fp, render=RenderVerdict.DONE)
     if health in _RETRY_HEALTH:
         return _retry_or_park(state, lease.item, now, policy)
     moved = _redirect_status(fetch_status, http_status, event.get("redirect"))
@@ -215,6 +226,9 @@ def orphan_lease(state: HostState, now: float,
         return state, Outcome(False)
     gap_end = next_allowed_at(now, state.crawl_delay, 0.0, state.backoff_s, None, politeness)
     state = replace(state, lease=None, next_allowed_at=max(state.next_allowed_at, gap_end))
+    if lease.render is not None:   # a render waits again, first, with the attempt it had
+        state, verdict = requeue_render(state, lease, False)
+        return state, Outcome(True, fp=lease.item.fp, orphaned=True, render=verdict)
     if lease.kind != "page":
         return state, Outcome(True, orphaned=True)
     state, slot = push(state, lease.item)

@@ -64,7 +64,7 @@ def plan(state: HostState, now: float, tdmrep: bool = False, soft404: Soft404Pol
     are not budgeted) and of its share of the domain's (decision 1811)."""
     if state.lease is not None:
         return Plan(Step.WAIT, state.lease.deadline)
-    if state.queued == 0:
+    if state.queued == 0 and not state.renders:   # a waiting render is a page to lease (decision 3905)
         return Plan(Step.IDLE)
     not_before = state.next_allowed_at
     if state.robots is Robots.UNREACHABLE:

@@ -19,6 +19,7 @@ from udfs.recrawl import NO_HOST, HostSignals, UrlHistory
 from udfs.budgets import BudgetRow, Scope
 from udfs.frozen import copied
 from udfs.numbers import is_finite_number
+from udfs.render_select import RENDER_MODES
 from udfs.soft404 import ProbeRow
 from udfs.traps import EMPTY_SUMMARY, HostTrapSummary
 
@@ -270,14 +271,42 @@ MAX_CANONICAL_ALIASES = 4
 
 
 @dataclass(frozen=True)
+class QueuedRender:
+    """A page waiting for its render lease (decision 3905): the URL, its url_fp and depth, why it is rendered
+    (udfs.render_select.REASONS) and the leases of it that ended without an answer. Its row is
+    `[url, fp, depth, reason, attempt]`, kept in the host row's `renders` list."""
+
+    url: str
+    fp: int
+    depth: int
+    reason: str
+    attempt: int = 0
+
+    def to_row(self) -> list[Any]:
+        return [self.url, self.fp, self.depth, self.reason, self.attempt]
+
+    @staticmethod
+    def from_row(row: Any) -> QueuedRender | None:
+        """A render from its row; None when the row is malformed (never raises)."""
+        if not isinstance(row, list) or len(row) != 5:
+            return None
+        url, fp, depth, reason, attempt = row
+        if not (isinstance(url, str) and url and isinstance(reason, str) and reason and _non_negative_int(fp)
+                and fp < 1 << 64 and _non_negative_int(depth) and _non_negative_int(attempt)):
+            return None
+        return QueuedRender(url, fp, depth, reason, attempt)
+
+
+@dataclass(frozen=True)
 class Lease:
     """The one request in flight for a host."""
 
     lease_id: str
-    kind: str                  # "page", "robots" or "tdmrep"
+    kind: str                  # "page", "robots", "tdmrep" or "probe"
     deadline: float
     item: QueueItem
     extended_from: float = 0.0  # the deadline it was issued with, once extended (0 = never; decision 3783)
+    render: str | None = None   # a page lease that renders the page: why (decision 3905); None: a fetch
 
     @property
     def issued_deadline(self) -> float:
@@ -313,7 +342,9 @@ class HostState:
     - content signals: `quality` (duplicates), `signals` (recrawl statistics), `parse_strikes`;
     - opt-out and soft 404: `tdmrep_expires_at`, `tdmrep_found`, `probe`;
     - budgets and importance: `budget`, `domain`, `census_at`, `seeded`, `min_depth`, `inlinks`,
-      `lists_sitemap`.
+      `lists_sitemap`;
+    - rendering (decision 3905): `render_mode` (the operator's mode for the host, mirrored from the
+      control table), `renders` (pages waiting for their render lease, leased before the queues).
     """
 
     scheme: str = "http"
@@ -350,6 +381,8 @@ class HostState:
     census_at: float = 0.0          # when the host last asked the domain census (0 = never; decision 1811)
     lists_sitemap: bool = False     # its robots.txt lists a sitemap on the host (raises its importance)
     parse_strikes: int = 0          # its pages that ended at a hostile parse limit (decision 3702)
+    render_mode: str = "auto"       # "auto", "always" or "never" (udfs.render_select.RENDER_MODES)
+    renders: tuple[QueuedRender, ...] = ()  # renders waiting, first out first (at most MAX_QUEUED_RENDERS)
 
     @property
     def queued(self) -> int:
@@ -375,9 +408,11 @@ class HostState:
         lease = None
         if self.lease is not None:
             lease = [self.lease.lease_id, self.lease.kind, self.lease.deadline, self.lease.item.to_row()]
-            if self.lease.extended_from:   # a fifth element, which four-element readers ignore
+            if self.lease.extended_from or self.lease.render:   # a fifth element, which four-element readers ignore
                 lease.append(self.lease.extended_from)
-        return compact_json.dumps({
+            if self.lease.render:          # and a sixth for a render lease
+                lease.append(self.lease.render)
+        row = {
             "v": STATE_VERSION, "scheme": self.scheme, "robots": self.robots.value,
             "robots_expires_at": self.robots_expires_at, "robots_failures": self.robots_failures,
             "robots_retry_at": self.robots_retry_at, "crawl_delay": self.crawl_delay,
@@ -397,7 +432,13 @@ class HostState:
             "domain": None if self.domain is None else [self.domain.share, self.domain.page_tokens,
                                                         self.domain.url_tokens, self.domain.at],
             "census_at": self.census_at, "sitemap": self.lists_sitemap, "parse_strikes": self.parse_strikes,
-        })
+        }
+        # written only when set, so the rows of hosts that never render stay as they were
+        if self.render_mode != "auto":
+            row["render_mode"] = self.render_mode
+        if self.renders:
+            row["renders"] = [r.to_row() for r in self.renders]
+        return compact_json.dumps(row)
 
     @staticmethod
     def from_row(row: str | None) -> HostState:
@@ -406,7 +447,9 @@ class HostState:
         before version 3 read with ten queues (no recrawl lane yet) and no recrawl statistics; rows
         before version 4 with an unknown tdmrep.json (fetched at the next release when turned on), rows
         before version 5 never probed for soft 404s (probed at the next release when turned on), rows
-        before version 6 with a full budget and no importance signals yet."""
+        before version 6 with a full budget and no importance signals yet. A row without `render_mode`
+        reads as "auto" (an unknown mode too), without `renders` as none waiting; a malformed render is
+        left out."""
         if row is None:
             return HostState()
         data = compact_json.loads(row)
@@ -423,7 +466,8 @@ class HostState:
             crawl_delay=data["crawl_delay"], next_allowed_at=data["next_allowed_at"],
             backoff_s=data["backoff_s"],
             lease=None if lease is None else Lease(lease[0], lease[1], lease[2], QueueItem.from_row(lease[3]),
-                                                   lease[4] if len(lease) > 4 else 0.0),
+                                                   lease[4] if len(lease) > 4 else 0.0,
+                                                   lease[5] if len(lease) > 5 and isinstance(lease[5], str) else None),
             lease_seq=data["lease_seq"],
             queues=tuple((h, t) for h, t in data["queues"]) + ((0, 0),) * (LANES - len(data["queues"])),
             url_count=data["url_count"], timer_ms=data["timer_ms"],
@@ -443,7 +487,13 @@ class HostState:
             domain=None if domain is None else BudgetRow(Scope.DOMAIN, domain[0], domain[1], domain[2], domain[3]),
             census_at=data.get("census_at", 0.0), lists_sitemap=data.get("sitemap", False),
             parse_strikes=data.get("parse_strikes", 0),
+            render_mode=_render_mode(data.get("render_mode")),
+            renders=tuple(r for r in map(QueuedRender.from_row, data.get("renders") or ()) if r is not None),
         )
+
+
+def _render_mode(value: Any) -> str:
+    return value if value in RENDER_MODES else "auto"
 
 
 def signed_fp(fp: int) -> int:
