@@ -47,13 +47,16 @@ def merged_index(indexes: Iterable[tuple[str, str]], tombstoned: set[tuple[str, 
 
 def resolve_not_modified(lines: list[str]) -> tuple[list[str], int]:
     """Sorted CDXJ lines with each server-not-modified revisit (a `warc/revisit` line whose status is
-    304) pointed at the capture it stands for, and how many were: the latest earlier line of the same
-    key and digest that replays with a body (a response, or an identical-payload revisit, not a 3xx).
+    304) pointed at the capture it stands for, and how many were: the latest earlier response of the
+    same key and digest (what the revisit's WARC-Refers-To names: the writer refers a recrawl to the
+    page's last full capture), else the latest earlier identical-payload revisit of them (which pywb
+    resolves in turn); never a 3xx.
     The line keeps its key, timestamp and url, takes that capture's fields (mime, status, filename,
     offset, length), and keeps its own record as `revisit.filename`, `revisit.offset` and
     `revisit.length`. A revisit whose capture is not in the index (another crawl's, retired, taken
     down) stays as it is."""
-    replayable: dict[tuple[str, str], dict] = {}    # (key, digest) → fields of the latest such line
+    responses: dict[tuple[str, str], dict] = {}     # (key, digest) → fields of the latest response line
+    revisits: dict[tuple[str, str], dict] = {}      # ... and of the latest 2xx identical-payload revisit
     resolved_lines, resolved = [], 0
     for line in lines:
         key, timestamp, body = line.split(" ", 2)
@@ -64,8 +67,9 @@ def resolve_not_modified(lines: list[str]) -> tuple[list[str], int]:
             continue
         digest = fields.get("digest")
         status = str(fields.get("status", ""))
-        original = replayable.get((key, digest)) if digest else None
-        if fields.get("mime") == "warc/revisit" and status == "304" and original is not None:
+        revisit = fields.get("mime") == "warc/revisit"
+        original = (responses.get((key, digest)) or revisits.get((key, digest))) if digest else None
+        if revisit and status == "304" and original is not None:
             pointed = {**original, "url": fields.get("url", original.get("url")),
                        "revisit.filename": fields.get("filename"), "revisit.offset": fields.get("offset"),
                        "revisit.length": fields.get("length")}
@@ -73,7 +77,7 @@ def resolve_not_modified(lines: list[str]) -> tuple[list[str], int]:
             resolved += 1
             continue
         if digest and not status.startswith("3"):
-            replayable[(key, digest)] = fields
+            (revisits if revisit else responses)[(key, digest)] = fields
         resolved_lines.append(line)
     return resolved_lines, resolved
 

@@ -86,3 +86,18 @@ def test_a_304_revisit_is_not_pointed_at_a_later_capture_or_at_another_3xx():
 def test_a_name_outside_the_root_is_refused(tmp_path, capsys):
     assert main(["warc-index", "--warc-root", str(tmp_path), "--name", "../x.cdxj"]) == 2
     assert "--name" in capsys.readouterr().err
+
+
+def test_a_304_revisit_points_at_the_response_before_an_identical_payload_revisit_of_it():
+    response = _line("test,a)/p", "20260101000000", url="http://a.test/p", mime="text/html", status="200",
+                     digest="sha1:AAA", length="900", offset="0", filename="f1")
+    identical = _line("test,a)/p", "20260102000000", url="http://a.test/p", mime="warc/revisit", status="200",
+                      digest="sha1:AAA", length="400", offset="900", filename="f1")
+    not_modified = _line("test,a)/p", "20260103000000", url="http://a.test/p", mime="warc/revisit",
+                         status="304", digest="sha1:AAA", length="300", offset="0", filename="f2")
+    lines, resolved = resolve_not_modified([response, identical, not_modified])
+    assert resolved == 1 and json.loads(lines[2].split(" ", 2)[2])["filename"] == "f1"
+    assert json.loads(lines[2].split(" ", 2)[2])["offset"] == "0"
+    # with no response of that digest, the identical-payload revisit stands for it
+    lines, resolved = resolve_not_modified([identical, not_modified])
+    assert resolved == 1 and json.loads(lines[1].split(" ", 2)[2])["offset"] == "900"
