@@ -17,7 +17,7 @@ UV     := $(UV_HOME)/bin/uv
 # test network reaches no registry (tests/integration/test_wheel_install.py).
 WHEELHOUSE := .cache/wheelhouse
 
-.PHONY: install wheelhouse pywb-wheels lock test test-unit test-integration demo bench bench-udfs bench-crawl bench-state bench-freshness clean
+.PHONY: install wheelhouse pywb-wheels lock test test-unit test-integration demo bench bench-udfs bench-crawl bench-state bench-freshness bench-render clean
 
 install: $(STAMP)
 
@@ -104,6 +104,12 @@ bench-freshness: install
 # Bytes of frontier state per known URL, from real RocksDB checkpoints.
 bench-state: install
 	scripts/in-netns.sh $(PY) -m bench.bench_state
+
+# The rendering tier: a rendered page's CPU, time and memory against a plain one (about a minute), and the
+# crawl's rate with the tier off and at a 2% and a 10% render share (about 12 minutes). Need Chromium.
+bench-render: install
+	scripts/in-netns.sh $(PY) -m bench.bench_render --write
+	$(PY) -m bench.render_share --write
 
 bench: bench-udfs bench-state bench-crawl
 

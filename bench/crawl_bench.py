@@ -42,6 +42,7 @@ from typing import Any
 
 from bench.sections import replace_between
 from crawler.paths import CACHE
+from synthweb import spa
 from udfs.latency import LEASE_TRIP_GAUGES
 from udfs.soft404 import PROBE_PATH
 
@@ -156,9 +157,31 @@ def is_preflight_path(path: str) -> bool:
     return path in PREFLIGHT_PATHS or PROBE_PATH.match(path) is not None
 
 
+# What a render asks for besides its page, by extension: scripts, styles, fonts (the synthetic web
+# serves no page under these).
+_SUBRESOURCE_SUFFIXES = (".js", ".mjs", ".css", ".woff", ".woff2", ".ttf", ".otf", ".json", ".map")
+
+
+def is_render_path(path: str) -> bool:
+    """A request a render made besides its page, not a page: a single-page-app host's script, style or
+    API answer (synthweb.spa), or a script, style or font another page loads."""
+    path = path.split("?", 1)[0]
+    return path in (spa.SCRIPT_PATH, spa.STYLE_PATH, spa.API_PAGE, spa.API_MORE) \
+        or path.lower().endswith(_SUBRESOURCE_SUFFIXES)
+
+
 def page_requests(log: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
-    """The page requests of a server log: robots.txt, tdmrep.json, soft-404 probes and aborted requests left out."""
-    return (r for r in log if r.get("event") == "request" and not r.get("aborted") and not is_preflight_path(r["path"]))
+    """The page requests of a server log: robots.txt, tdmrep.json, soft-404 probes, renders' own requests
+    and aborted requests left out."""
+    return (r for r in log if r.get("event") == "request" and not r.get("aborted") and not is_preflight_path(r["path"])
+            and not is_render_path(r["path"]))
+
+
+def render_figures(log: Iterable[Mapping[str, Any]], window: Window) -> dict[str, int]:
+    """The requests renders made besides their pages, ending in the window (a render's own refetch of
+    its page is among `repeated_in_window`)."""
+    return {"render_requests_in_window": sum(1 for r in log if r.get("event") == "request"
+                                             and is_render_path(r["path"]) and r["ended_at"] in window)}
 
 
 def page_request_ends(log: Iterable[Mapping[str, Any]]) -> list[float]:
@@ -1076,7 +1099,7 @@ def crawler_figures(run: CrawlRun, spec: BenchSpec, web: Any, user_agent: str, m
     requests = [r for r in run.log if r.get("event") == "request"]
     return {
         "pages_in_window": count_in(ends, window), "pages_per_s": sustained_rate(ends, window),
-        "repeated_in_window": repeated_page_requests(run.log, window),
+        "repeated_in_window": repeated_page_requests(run.log, window), **render_figures(run.log, window),
         "window_s": window.seconds, "requests": len(requests),
         "robots_requests": sum(1 for r in requests if is_preflight_path(r["path"])),
         "cpu_per_page_s": crawler_cpu, "cpu_per_page_by_process": per_page,

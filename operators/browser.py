@@ -26,6 +26,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -43,6 +44,19 @@ _LISTENING = re.compile(rb"DevTools listening on (ws://\S+)")
 # Response headers the browser must not see from us: the body it gets is decoded and whole.
 _DROPPED_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding", "connection", "keep-alive"})
 _VIEWPORT = {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False}
+
+
+# Becomes Chromium (exec keeps the request) after asking Linux to SIGKILL it when the thread that started
+# it ends (prctl PR_SET_PDEATHSIG); exits at once if its parent is already gone. Elsewhere it only execs.
+_LAUNCHER = """import ctypes, os, signal, sys
+try:
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
+except (AttributeError, OSError):
+    pass
+if os.getppid() != int(sys.argv[1]):
+    os._exit(1)
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
 
 class BrowserUnavailable(RuntimeError):
@@ -128,8 +142,11 @@ class Browser:
                 # A proxy that does not exist: a request that escaped interception fails here.
                 "--proxy-server=http://127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
                 f"--js-flags=--max-old-space-size={self.memory_mb}", "about:blank"]
-        # A session of its own, so closing ends the browser's helper processes (zygote, renderers) with it.
-        self._proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        # A session of its own, so closing ends the browser's helper processes (zygote, renderers) with it;
+        # started through a launcher that asks the kernel to kill it when this process ends without
+        # closing it (a worker killed, a TaskManager gone), so no browser outlives its crawler.
+        self._proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER, str(os.getpid()), *args],
+                                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       start_new_session=True)
         url = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, self._devtools_url),
                                      timeout_s)

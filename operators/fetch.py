@@ -452,7 +452,8 @@ class FetchFunction(KeyedProcessFunction):
         tier = None
         if self._render is not None:
             # Render leases run here, by the subtask that owns their host's address (decision 3903).
-            tier = RenderTier(fetcher, self._render, self._policy.user_agent)
+            tier = RenderTier(fetcher, self._render, self._policy.user_agent,
+                              fetch_timeout_s=self._policy.total_timeout_s)
             fetch, longest = tier.fetch, longest + self._render.page_timeout_s
         self._loop = FetchLoop(fetch, self._gate, self._capacity, total_timeout_s=longest, locate=fetcher.address)
         self._loop.on_stop(fetcher.close)

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from operators.browser import Browser, BrowserUnavailable, Fetched
-from udfs.fetch_status import header_value
+from udfs.fetch_status import fetch_result, header_value
 from udfs.latency import RecentWindow
 from udfs.records import FetchRequest, FetchResult, FetchStatus, unb64
 from udfs.render_policy import DEFAULT_RENDER_POLICY, RenderPolicy
@@ -36,11 +36,12 @@ if TYPE_CHECKING:
     from operators.fetch import Fetcher
 
 # What the tier counts (`render.<name>`, docs/metrics.md): renders done, cut by the page timeout, not
-# rendered (the document was no HTML 200, or the browser could not start), the browser's requests by
-# outcome, and those the lease's gate refused by reason.
+# rendered (the document was no HTML 200, or the browser could not start), not started (no browser slot
+# before the lease's deadline), the browser's requests by outcome, and those the lease's gate refused by
+# reason (another host, robots.txt, the lease's deadline near).
 OUTCOMES = ("fetched", "gate_refused", "failed", "too_large", "cache_hit", *REFUSALS)
-COUNTS = ("renders", "timed_out", "not_html", "unavailable", *(f"requests_{o}" for o in OUTCOMES),
-          *(f"lease_{reason}" for reason in LEASE_REFUSALS))
+COUNTS = ("renders", "timed_out", "not_html", "unavailable", "too_late", *(f"requests_{o}" for o in OUTCOMES),
+          *(f"lease_{reason}" for reason in (*LEASE_REFUSALS, "deadline")))
 _RETRY_START_S = 60.0
 _BROWSER_GRACE_S = 10.0   # past the page timeout, for the browser's own calls (context, DOM, disposal)
 _ROBOTS_CACHE = 256   # hosts whose parsed robots.txt the tier keeps between renders
@@ -80,8 +81,10 @@ class RenderTier:
     """Fetches requests through `fetcher`, rendering render leases; `fetch` is the fetch loop's coroutine."""
 
     def __init__(self, fetcher: Fetcher, policy: RenderPolicy = DEFAULT_RENDER_POLICY, user_agent: str = "",
-                 clock: Callable[[], float] = time.time, binary: str | None = None) -> None:
+                 clock: Callable[[], float] = time.time, binary: str | None = None,
+                 fetch_timeout_s: float = 30.0) -> None:
         self._fetcher, self.policy, self._agent, self._clock, self._binary = fetcher, policy, user_agent, clock, binary
+        self._fetch_timeout_s = fetch_timeout_s   # the longest one fetch may take (fetch.total_timeout_s)
         self._browser: Browser | None = None
         self._failed_at: float | None = None
         self._failure = ""
@@ -100,13 +103,29 @@ class RenderTier:
         """The FetchResult of `request`; a render lease's carries its `render` entry. Never raises."""
         if not is_render_lease(request):
             return await self._fetcher.fetch(request)
-        # The render needs the page's body: no validators, whatever the lease remembers of it.
-        page = FetchRequest({**request, "etag": None, "last_modified": None})  # type: ignore[typeddict-item]
-        result = await self._fetcher.fetch(page)
-        try:
-            return await self._render(request, result)
-        except Exception as exc:  # noqa: BLE001 - a render's failure leaves the page as fetched
-            return FetchResult({**result, "render": _entry(request, error=f"{type(exc).__name__}: {exc}")})  # type: ignore[typeddict-item]
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.policy.max_concurrent)
+        # A render lease waits for a free browser slot before it makes any request, and makes none when
+        # the whole render could no longer end within its lease: past the lease's deadline the frontier
+        # may lease the host again, and this render's requests would then break the host's pace.
+        async with self._slots:
+            if self._too_late(request, self._fetch_timeout_s + self.policy.page_timeout_s + _BROWSER_GRACE_S):
+                self.counts["too_late"] += 1
+                now = self._clock()
+                return fetch_result(request, FetchStatus.TIMEOUT, reason="no browser free before the lease's deadline",
+                                    started_at=now, done_at=now)
+            # The render needs the page's body: no validators, whatever the lease remembers of it.
+            page = FetchRequest({**request, "etag": None, "last_modified": None})  # type: ignore[typeddict-item]
+            result = await self._fetcher.fetch(page)
+            try:
+                return await self._render(request, result)
+            except Exception as exc:  # noqa: BLE001 - a render's failure leaves the page as fetched
+                return FetchResult({**result, "render": _entry(request, error=f"{type(exc).__name__}: {exc}")})  # type: ignore[typeddict-item]
+
+    def _too_late(self, request: FetchRequest, needs_s: float) -> bool:
+        """Whether what still needs `needs_s` seconds could not end before the lease's deadline."""
+        deadline = request.get("lease_deadline")
+        return isinstance(deadline, (int, float)) and self._clock() + needs_s > deadline
 
     async def close(self) -> None:
         if self._browser is not None:
@@ -126,20 +145,17 @@ class RenderTier:
         if browser is None:
             self.counts["unavailable"] += 1
             return FetchResult({**result, "render": _entry(request, error=self._failure)})  # type: ignore[typeddict-item]
-        if self._slots is None:
-            self._slots = asyncio.Semaphore(self.policy.max_concurrent)
-        async with self._slots:
-            run = _LeaseRequests(self, request, result)
-            document = Fetched(200, tuple(result["headers"]), result["body"])
-            try:
-                # The page's own steps stop at page_timeout_s; this bounds a browser that stopped answering.
-                async with asyncio.timeout(self.policy.page_timeout_s + _BROWSER_GRACE_S):
-                    rendered = await browser.render(result.get("url") or request["url"], document, run.fetch)
-            except (TimeoutError, BrowserUnavailable) as exc:
-                await self._discard(browser)
-                self.counts["unavailable"] += 1
-                reason = "the browser stopped answering" if isinstance(exc, TimeoutError) else str(exc)
-                return FetchResult({**result, "render": _entry(request, error=reason)})  # type: ignore[typeddict-item]
+        run = _LeaseRequests(self, request, result)
+        document = Fetched(200, tuple(result["headers"]), result["body"])
+        try:
+            # The page's own steps stop at page_timeout_s; this bounds a browser that stopped answering.
+            async with asyncio.timeout(self.policy.page_timeout_s + _BROWSER_GRACE_S):
+                rendered = await browser.render(result.get("url") or request["url"], document, run.fetch)
+        except (TimeoutError, BrowserUnavailable) as exc:
+            await self._discard(browser)
+            self.counts["unavailable"] += 1
+            reason = "the browser stopped answering" if isinstance(exc, TimeoutError) else str(exc)
+            return FetchResult({**result, "render": _entry(request, error=reason)})  # type: ignore[typeddict-item]
         self.counts["renders"] += 1
         self.counts["timed_out"] += rendered.timed_out
         for outcome, n in rendered.outcomes().items():
@@ -218,6 +234,9 @@ class _LeaseRequests:
                            lease_id=self.request["lease_id"], depth=self.request.get("depth", 0), attempt=1,
                            etag=conditional.get("If-None-Match"), last_modified=conditional.get("If-Modified-Since"))
         async with self.pacer:
+            if tier._too_late(self.request, tier._fetch_timeout_s):   # the lease may end before the answer
+                tier.counts["lease_deadline"] += 1
+                return None
             result = await tier._fetcher.fetch_subresource(sub)
         status = result["http_status"]
         if result["fetch_status"] != FetchStatus.OK or status is None:

@@ -109,3 +109,47 @@ def test_a_render_stops_at_its_budget_of_requests(served):
     # refused, whatever their order.
     _, result, asked = render_page(server, url, RenderPolicy(enabled=True, max_subresources=1, settle_ms=300))
     assert len(asked) == 1 and result.outcomes()["budget"] >= 1, (asked, result.outcomes())
+
+
+def test_the_browser_dies_with_the_process_that_started_it_even_when_that_one_is_killed():
+    # A worker killed with SIGKILL never closes its browser: the kernel must end it (and with it its
+    # helper processes), or every killed TaskManager would leave a Chromium running.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    owner = subprocess.Popen([sys.executable, "-c", (
+        "import asyncio, sys, time\n"
+        "from operators.browser import Browser\n"
+        "async def main():\n"
+        "    browser = Browser()\n"
+        "    await browser.start()\n"
+        "    print(browser._proc.pid, flush=True)\n"
+        "    await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        session = int(owner.stdout.readline())
+
+        def in_session() -> list[int]:
+            found = []
+            for entry in os.listdir("/proc"):
+                if entry.isdigit():
+                    try:
+                        stat = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+                    except OSError:
+                        continue
+                    if int(stat[3]) == session and stat[0] != "Z":
+                        found.append(int(entry))
+            return found
+
+        assert in_session(), "the browser did not start"
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while in_session() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not in_session(), f"browser processes outlived their owner: {in_session()}"
+    finally:
+        owner.kill()

@@ -137,3 +137,16 @@ def test_plain_page_leases_pass_through_untouched(served):
     plain = FetchRequest(host=host.name, url=url, fp=1, kind="page", lease_id="p1", depth=0, attempt=1)  # type: ignore[typeddict-item]
     (result,), tier = run_leases(server, [plain])
     assert "render" not in result and result["http_status"] == 200 and tier.counts["renders"] == 0
+
+
+def test_a_render_lease_too_near_its_deadline_makes_no_request(served):
+    # Past the lease's deadline the frontier may lease the host again: a render that could not end
+    # before it must not start, or its requests would break the host's pace.
+    server, web = served
+    host, page, url = app_page(web, server.port, 0)
+    time.sleep(0.5)   # the earlier tests' last requests reach the log first (it is flushed every 0.2 s)
+    before = len(load_log(server.log_path))
+    (result,), tier = run_leases(server, [lease(host.name, url, lease_deadline=time.time() + 5.0)])
+    assert result["fetch_status"] == "timeout" and "deadline" in result["reason"] and tier.counts["too_late"] == 1
+    time.sleep(0.5)
+    assert server_requests(server, host.name, before) == []
