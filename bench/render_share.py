@@ -29,7 +29,7 @@ BEGIN, END = "<!-- bench-render-share:begin -->", "<!-- bench-render-share:end -
 SPA_SHARE = 0.3
 # With the tier on, every page beside a script bundle counts as near-empty (`near_empty_chars` past any
 # page's text), so the share of pages rendered is the cap's: `render.max_share` sets it.
-EVERY_PAGE = ("render.enabled=true", "render.near_empty_chars=1000000000")
+EVERY_PAGE = ("render.enabled=true", "render.near_empty_chars=1000000000", "render.max_concurrent=8")
 ARMS = (("off", ()), ("2%", (*EVERY_PAGE, "render.max_share=0.02")), ("10%", (*EVERY_PAGE, "render.max_share=0.10")))
 
 

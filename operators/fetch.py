@@ -36,12 +36,13 @@ from pyflink.datastream import KeyedProcessFunction
 from pyflink.datastream.functions import RuntimeContext
 
 from operators.cpu import register_worker_cpu
-from operators.fetch_loop import GATE_COUNTS, FetchLoop
+from operators.fetch_loop import GATE_COUNTS, FetchLoop, Owns
 from operators.fetch_wire import DecodedBudget, GuardedConnector
 from operators.heap import freeze_startup_heap, thaw_heap
 from operators.render import RenderMetrics, RenderTier
 from operators.resolver import HOP, RESOLVER_COUNTS, GuardedResolver, Hop, ResolveFailure, load_pins
 from udfs.ip_gate import DEFAULT_IP_GATE_POLICY, IpGatePolicy
+from udfs.key_groups import subtask_of
 from udfs.fetch_stats import COUNTS, PHASES, STATUS_CLASSES, FetchTally
 from udfs.latency import Occupancy, micros
 from udfs.fetch_status import (DECODE_ERRORS, CappedDecoder, UnsupportedEncoding, brotli_window, fetch_result,
@@ -455,7 +456,8 @@ class FetchFunction(KeyedProcessFunction):
             tier = RenderTier(fetcher, self._render, self._policy.user_agent,
                               fetch_timeout_s=self._policy.total_timeout_s)
             fetch, longest = tier.fetch, longest + self._render.page_timeout_s
-        self._loop = FetchLoop(fetch, self._gate, self._capacity, total_timeout_s=longest, locate=fetcher.address)
+        self._loop = FetchLoop(fetch, self._gate, self._capacity, total_timeout_s=longest, locate=fetcher.address,
+                               owns=owned_keys(runtime_context))
         self._loop.on_stop(fetcher.close)
         if tier is not None:
             self._loop.on_stop(tier.close)
@@ -510,6 +512,17 @@ class FetchFunction(KeyedProcessFunction):
     def _counted(self, result: FetchResult) -> FetchResult:
         self._tally.record(result)
         return result
+
+
+def owned_keys(runtime_context: RuntimeContext | None) -> Owns | None:
+    """Gate key → whether this subtask owns it, as Flink routes the operator's keys (decision 3907);
+    None when it owns them all (one subtask, or no Flink)."""
+    if runtime_context is None or runtime_context.get_number_of_parallel_subtasks() == 1:
+        return None
+    index = runtime_context.get_index_of_this_subtask()
+    width = runtime_context.get_number_of_parallel_subtasks()
+    most = runtime_context.get_max_number_of_parallel_subtasks()
+    return lambda key: subtask_of(key, most, width) == index
 
 
 class _GateMetrics:

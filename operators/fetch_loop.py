@@ -14,6 +14,9 @@ back when its frontier lease expires (docs/architecture.md §1 lease, at-least-o
 A request whose address the frontier does not know yet (a host resolved by DNS, before its first
 fetch came back) is resolved when it arrives, before it waits at the gate, and waits at the gate of
 that address: two new host names on one server never have requests open together (decision 1818).
+With several fetch subtasks the address found may be another subtask's (`owns` says which are this
+one's): such a request ends at once as `misrouted`, naming the address, with no connection made, and
+the frontier leases it again with the address, which routes it to the address's owner (decision 3907).
 The look-ahead ends by the resolver's own DNS deadline (decision 3760), and by the fetch's total
 deadline whatever happens; a host without an address then waits under its name.
 
@@ -35,7 +38,7 @@ from udfs.fetch_status import fetch_result
 from udfs.latency import Occupancy
 from udfs.records import SCHEMA_VERSION, FetchRequest, FetchResult, FetchStatus
 
-GATE_COUNTS = ("queued", "released", "refused", "done", "expired", "stale", "too_late")
+GATE_COUNTS = ("queued", "released", "refused", "done", "expired", "stale", "too_late", "misrouted")
 # A released fetch always ends here (the Fetcher has its own total deadline and never raises), so a
 # gate lease needs no deadline of its own; this one only keeps `udfs.ip_gate`'s arithmetic finite.
 _NO_LEASE_DEADLINE_S = 365 * 24 * 3600.0
@@ -43,6 +46,8 @@ _NO_LEASE_DEADLINE_S = 365 * 24 * 3600.0
 Fetch = Callable[[FetchRequest], Coroutine[Any, Any, FetchResult]]
 # Host name → the address its fetch will connect to, or None when it has none (the fetch then says why).
 Locate = Callable[[str], Coroutine[Any, Any, "str | None"]]
+# Gate key → whether this fetch subtask owns it (udfs.key_groups); None: every key is this loop's.
+Owns = Callable[[str], bool]
 
 
 class FetchLoop:
@@ -51,16 +56,18 @@ class FetchLoop:
     `capacity` bounds the fetches running at once; a request the gate releases while all are busy
     waits in a short ready line, and `saturated()` tells the operator to stop handing in more (so
     back pressure reaches Flink instead of a queue growing here). With `locate`, a request without an
-    `ip` is resolved first and gated under the address found.
+    `ip` is resolved first and gated under the address found, or, when `owns` says another subtask
+    owns that address, ends as `misrouted` without a fetch.
     """
 
     def __init__(self, fetch: Fetch, policy: ig.IpGatePolicy = ig.DEFAULT_IP_GATE_POLICY, capacity: int = 256,
                  clock: Callable[[], float] = time.time, occupancy: Occupancy | None = None,
-                 total_timeout_s: float = 10.0, locate: Locate | None = None) -> None:
+                 total_timeout_s: float = 10.0, locate: Locate | None = None, owns: Owns | None = None) -> None:
         if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
             raise ValueError(f"capacity must be an integer >= 1, got {capacity!r}")
         self._fetch = fetch
         self._locate = locate
+        self._owns = owns
         self._policy = dataclasses.replace(policy, lease_timeout_s=_NO_LEASE_DEADLINE_S)
         self._capacity = capacity
         self._clock = clock
@@ -189,8 +196,20 @@ class FetchLoop:
             raise
         except Exception:  # noqa: BLE001 - a resolver bug or a late answer costs the look-ahead, never the request
             address = None
-        self._gate(FetchRequest({**request, "ip": address}) if address else request)  # type: ignore[typeddict-item]
-        self.locating -= 1   # after: the request is in the gate now
+        located = FetchRequest({**request, "ip": address}) if address else request  # type: ignore[typeddict-item]
+        if address and self._owns is not None and not self._owns(ig.gate_key(dict(located))):
+            self._misrouted(request, address)
+        else:
+            self._gate(located)
+        self.locating -= 1   # after: the request is in the gate or its result out now
+
+    def _misrouted(self, request: FetchRequest, address: str) -> None:
+        """End `request` unfetched: its address is another subtask's to gate (the frontier routes it there)."""
+        now = self._clock()
+        self.counts["misrouted"] += 1
+        self._results.append(fetch_result(request, FetchStatus.MISROUTED, ip=address, started_at=now, done_at=now,
+                                          reason=f"address {address} is another fetch subtask's"))
+        self._result_ready.set()
 
     def _finished(self, key: str, request: FetchRequest, fetch_status: Any) -> None:
         state = self._gates.get(key, ig.GateState())

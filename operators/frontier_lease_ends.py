@@ -1,5 +1,6 @@
 """How a lease ends in the host frontier: a page's completion, the answer to a robots.txt, tdmrep.json or
-soft-404 probe lease, its deadline passing, or an extension of it. udfs.frontier (outcomes, preflight,
+soft-404 probe lease, a fetch subtask handing it back unsent (`misrouted`), its deadline passing, or an
+extension of it. udfs.frontier (outcomes, preflight,
 expiry) decides; these functions write what it decided (the URL's row and schedule, a requeued item,
 the bodies kept in state) and count it. A render lease (decision 3905) ends like a page's but writes no
 URL row and leaves the host's content quality alone."""
@@ -11,7 +12,7 @@ from operators import frontier_admission
 from operators.host_rules_cache import stored_body
 from udfs.control_state import HostControls
 from udfs.frontier.expiry import Extension, expire_lease, extend_lease
-from udfs.frontier.outcomes import Outcome, is_held_for_parse_strikes, on_completion
+from udfs.frontier.outcomes import Outcome, is_held_for_parse_strikes, on_completion, on_misrouted
 from udfs.frontier.pages import broken_reason
 from udfs.frontier.preflight import on_probe, on_robots, on_tdmrep, probe_from_tdmrep, robots_outcome
 from udfs.frontier.rows import HostState, Lease, Robots, UrlRecord, UrlStatus, replace, signed_fp
@@ -52,6 +53,16 @@ def completed(frontier: HostFrontier, state: HostState, event: dict[str, Any], n
         state = replace(state, quality=observe_quality(
             state.quality, event.get("duplicate") is True, event.get("near_duplicate") is True, config.quality))
     return state
+
+
+def misrouted(frontier: HostFrontier, state: HostState, event: dict[str, Any], now: float,
+              controls: HostControls) -> HostState:
+    """A lease handed back unsent by a fetch subtask that does not own the host's address: leased again
+    with the address, nothing charged (decision 3907)."""
+    state, outcome = on_misrouted(state, event, now, frontier.politeness_for(controls))
+    if outcome.matched:
+        frontier.count("leases_misrouted")
+    return apply(frontier, state, outcome)
 
 
 def robots_answered(frontier: HostFrontier, host: str, state: HostState, event: dict[str, Any], now: float,

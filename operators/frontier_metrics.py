@@ -29,6 +29,8 @@ METRICS = tuple(v.value for v in Verdict) + TRAP_METRICS + (
     "parse_strikes", "hosts_held_parse_strikes",
     # decision 3781: page completions whose capture the writer lost (requeued, nothing charged)
     "completions_not_archived",
+    # decision 3907: leases a fetch subtask handed back unsent, their host's address being another's
+    "leases_misrouted",
     # soft-404 probes leased, hosts whose probe was answered 200 (their pages are
     # checked), and pages found to be the host's "not found" page
     "probe_leased", "probe_suspect", "probe_by_tdmrep", "soft_404",

@@ -39,7 +39,7 @@ from udfs.census import host_seen
 from udfs.latency import LeaseTrips
 from udfs.optout import TdmrepRules, parse_tdmrep
 from udfs.politeness import PolitenessPolicy
-from udfs.records import TOPIC_STATUS, FetchRequest, encode
+from udfs.records import TOPIC_STATUS, FetchRequest, FetchStatus, encode
 from udfs.release_budget import ReleaseBudget
 
 # Events that end a lease (they give its room in the release budget back).
@@ -130,6 +130,8 @@ class HostFrontier:
             self.budget.ended(event.get("lease_id"), now)
         if kind == "discovered" and isinstance(event.get("urls"), list):
             state = self._discovered(host, state, event, now, controls)
+        elif kind in _LEASE_ENDS and event.get("fetch_status") == FetchStatus.MISROUTED.value:
+            state = lease_ends.misrouted(self, state, event, now, controls)
         elif kind == "completion":
             state = lease_ends.completed(self, state, event, now, controls)
         elif kind == "robots":

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from operators.browser import Browser, BrowserUnavailable, Fetched
-from udfs.fetch_status import fetch_result, header_value
+from udfs.fetch_status import fetch_result, header_value, retry_after_seconds
 from udfs.latency import RecentWindow
 from udfs.records import FetchRequest, FetchResult, FetchStatus, unb64
 from udfs.render_policy import DEFAULT_RENDER_POLICY, RenderPolicy
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # reason (another host, robots.txt, the lease's deadline near).
 OUTCOMES = ("fetched", "gate_refused", "failed", "too_large", "cache_hit", *REFUSALS)
 COUNTS = ("renders", "timed_out", "not_html", "unavailable", "too_late", *(f"requests_{o}" for o in OUTCOMES),
-          *(f"lease_{reason}" for reason in (*LEASE_REFUSALS, "deadline")))
+          *(f"lease_{reason}" for reason in (*LEASE_REFUSALS, "deadline", "throttled")))
 _RETRY_START_S = 60.0
 _BROWSER_GRACE_S = 10.0   # past the page timeout, for the browser's own calls (context, DOM, disposal)
 _ROBOTS_CACHE = 256   # hosts whose parsed robots.txt the tier keeps between renders
@@ -164,7 +164,7 @@ class RenderTier:
         self.latency.add(rendered.seconds)
         entry = _entry(request, dom=rendered.dom, timed_out=rendered.timed_out, seconds=round(rendered.seconds, 3),
                        requests=dict(rendered.outcomes()), cache_hits=run.cache_hits, captures=run.captures,
-                       page_done_at=result["done_at"])
+                       page_done_at=result["done_at"], retry_until=run.retry_until)
         return FetchResult({**result, "done_at": max(result["done_at"], self._clock()), "render": entry})  # type: ignore[typeddict-item]
 
     async def _started(self) -> Browser | None:
@@ -205,7 +205,11 @@ class RenderTier:
 
 
 class _LeaseRequests:
-    """The browser's requests of one render, under its lease: gate, cache, pace, fetch, keep."""
+    """The browser's requests of one render, under its lease: gate, cache, pace, fetch, keep.
+
+    A 429 or 503 answer ends the render's requests to its host: the ones after it are refused
+    (`lease_throttled`), and the answer's Retry-After, as `retry_until`, reaches the frontier with the
+    lease's completion, which paces the host by it like a page's own (decision 3906)."""
 
     def __init__(self, tier: RenderTier, request: FetchRequest, document: FetchResult) -> None:
         self.tier, self.request = tier, request
@@ -215,6 +219,8 @@ class _LeaseRequests:
         self.pacer = _Pacer(float(delay) if isinstance(delay, (int, float)) else 1.0, document["done_at"], tier._clock)
         self.captures: list[dict[str, Any]] = []
         self.cache_hits = 0
+        self.throttled = False
+        self.retry_until: float | None = None   # when the latest Retry-After the host answered passes
 
     async def fetch(self, url: str, resource_type: str) -> Fetched | None:
         """The response for one request the browser may make, or None: the lease's gate refused it or
@@ -229,16 +235,24 @@ class _LeaseRequests:
         if lookup is not None and lookup.hit is not None:
             self.cache_hits += 1
             return Fetched(lookup.hit.status, lookup.hit.headers, lookup.hit.body)
+        if self.throttled:   # the host asked this render to stop
+            tier.counts["lease_throttled"] += 1
+            return None
         conditional = dict(lookup.conditional) if lookup is not None else {}
         sub = FetchRequest(host=self.host, url=url, fp=0, kind=SUBRESOURCE_KIND,  # type: ignore[typeddict-item]
                            lease_id=self.request["lease_id"], depth=self.request.get("depth", 0), attempt=1,
                            etag=conditional.get("If-None-Match"), last_modified=conditional.get("If-Modified-Since"))
         async with self.pacer:
+            if self.throttled:   # answered while this request waited for its turn
+                tier.counts["lease_throttled"] += 1
+                return None
             if tier._too_late(self.request, tier._fetch_timeout_s):   # the lease may end before the answer
                 tier.counts["lease_deadline"] += 1
                 return None
             result = await tier._fetcher.fetch_subresource(sub)
-        status = result["http_status"]
+            status = result["http_status"]
+            if status in (429, 503):
+                self._throttle(result)
         if result["fetch_status"] != FetchStatus.OK or status is None:
             return None
         headers = tuple(result["headers"])
@@ -254,12 +268,19 @@ class _LeaseRequests:
                               "ip": result.get("ip"), "at": result["done_at"]})
         return Fetched(status, headers, result["body"])
 
+    def _throttle(self, result: FetchResult) -> None:
+        self.throttled = True
+        wait = retry_after_seconds(result["headers"], result["done_at"])
+        if wait is not None:
+            self.retry_until = max(self.retry_until or 0.0, result["done_at"] + wait)
+
 
 def _entry(request: FetchRequest, **fields: Any) -> dict[str, Any]:
     """A result's `render` entry: the lease's reason and what the render gave (DOM "" and `error` when
-    none); `page_done_at`: when the page's own fetch ended (the result's `done_at` is the render's end)."""
+    none); `page_done_at`: when the page's own fetch ended (the result's `done_at` is the render's end);
+    `retry_until`: when the latest Retry-After its host answered a sub-resource with passes (None: none)."""
     return {"reason": request.get("render"), "dom": "", "error": None, "timed_out": False, "seconds": 0.0,
-            "requests": {}, "cache_hits": 0, "captures": [], **fields}
+            "requests": {}, "cache_hits": 0, "captures": [], "retry_until": None, **fields}
 
 
 class RenderMetrics:
@@ -271,12 +292,14 @@ class RenderMetrics:
         self._tier = tier
         group.gauge("latency_p50_ms", self._flush)   # registered first, so read first
         self._counters = {name: group.counter(name) for name in COUNTS}
+        self._renders_per_s = group.meter("renders_per_s")
         self._seen = dict.fromkeys(COUNTS, 0)
         self._p95_ms = 0
         group.gauge("latency_p95_ms", lambda: self._p95_ms)
         group.gauge("cache_hit_ppm", lambda: round(tier.cache.hit_ratio() * 1_000_000))
 
     def _flush(self) -> int:
+        self._renders_per_s.mark_event(self._tier.counts["renders"] - self._seen["renders"])
         for name in COUNTS:
             value = self._tier.counts[name]
             self._counters[name].inc(value - self._seen[name])

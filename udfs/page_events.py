@@ -58,6 +58,16 @@ def _page_done_at(result: FetchResult) -> float:
     return page_done_at if isinstance(page_done_at, (int, float)) else result["done_at"]
 
 
+def _retry_after(result: FetchResult) -> float | None:
+    """The seconds from the result's end the host asked to be left alone: the page's 429 or 503
+    Retry-After, or the latest one a render's sub-resources were answered with (decision 3906)."""
+    if result["http_status"] in (429, 503):
+        return retry_after_seconds(result["headers"], result["done_at"])
+    render = result.get("render")
+    until = render.get("retry_until") if isinstance(render, dict) else None
+    return round(max(until - result["done_at"], 0.0), 3) if isinstance(until, (int, float)) else None
+
+
 def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None = None) -> Completion:
     """The `Completion` crawl.outcomes event that ends the page's lease (docs/architecture.md §3), with the
     capture a later 304 revisit refers to (`capture_of`), if any."""
@@ -73,7 +83,7 @@ def completion_event(bundle: ParsedBundle, capture: dict[str, str | None] | None
         content_hash=bundle["content_hash"], simhash=bundle["simhash"],
         etag=header_value(headers, "etag"), last_modified=header_value(headers, "last-modified"),
         redirect=redirect_target(response_url(result), status, headers),
-        retry_after=retry_after_seconds(headers, result["done_at"]) if status in (429, 503) else None,
+        retry_after=_retry_after(result),
         ip=result.get("ip"), capture=capture, duplicate=is_alias(bundle),
         near_duplicate=bool((bundle.get("dedup") or {}).get("near")), soft_404=is_soft_404_page(bundle),
         **({"parse_limit": bundle["parse_limit"]} if "parse_limit" in bundle else {}),

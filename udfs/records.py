@@ -53,6 +53,9 @@ class FetchStatus(str, enum.Enum):
     # Written by the WARC writer on a completion, never by the fetcher: the page was fetched but its
     # capture never became durable (a full disk, a staged file lost); fetched again, nothing charged (3781)
     NOT_ARCHIVED = "not_archived"
+    # Written by the fetch loop, never sent: the host's address, resolved there, is another fetch subtask's
+    # to gate; the frontier learns the address and leases the request again, uncharged (decision 3907)
+    MISROUTED = "misrouted"
 
 
 PRIORITY_SITEMAP = 1   # a host's sitemaps come before its links (priority 5) and redirect targets (4)

@@ -161,6 +161,18 @@ def start_crawl_job(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Pa
     return client, start_ms
 
 
+def crawl_for(config: CrawlConfig, kafka_bootstrap: str, connector_jar: Path, name: str, seeds_file: Path,
+              seconds: float) -> int:
+    """Run the crawl job of `config` for `seconds`, then cancel it. Returns the start time in ms (collect
+    topics from it)."""
+    client, start_ms = start_crawl_job(config, kafka_bootstrap, connector_jar, name, seeds_file)
+    try:
+        time.sleep(seconds)
+    finally:
+        client.cancel().result()
+    return start_ms
+
+
 def app_page(web: Any, port: int, index: int = -1) -> tuple[Any, Any, str]:
     """The first single-page-app host of a described web (synthweb.spa), its page at `index` and the
     page's URL on the server's `port`."""

@@ -111,6 +111,19 @@ def test_a_render_stops_at_its_budget_of_requests(served):
     assert len(asked) == 1 and result.outcomes()["budget"] >= 1, (asked, result.outcomes())
 
 
+def test_a_render_context_opens_no_browser_ui_of_its_own():
+    # Each browser context is a window; Chromium would load its omnibox's WebUI popups in renderers
+    # of their own, which cost a render more CPU than its page while it waited for paced requests.
+    async def go() -> list[str]:
+        async with Browser(RenderPolicy(enabled=True)) as browser:
+            context = (await browser.call("Target.createBrowserContext", {"disposeOnDetach": True}))["browserContextId"]
+            await browser.call("Target.createTarget", {"url": "about:blank", "browserContextId": context})
+            await asyncio.sleep(1.0)
+            targets = (await browser.call("Target.getTargets", {"filter": [{}]}))["targetInfos"]
+            return [t["url"] for t in targets if t["type"] not in ("page", "tab")]
+    assert asyncio.run(go()) == []
+
+
 def test_the_browser_dies_with_the_process_that_started_it_even_when_that_one_is_killed():
     # A worker killed with SIGKILL never closes its browser: the kernel must end it (and with it its
     # helper processes), or every killed TaskManager would leave a Chromium running.

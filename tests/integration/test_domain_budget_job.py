@@ -6,13 +6,12 @@ census's staleness bound), although its eight hosts could have served hundreds o
 from __future__ import annotations
 
 import collections
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
-from tests.integration.harness import loop_config, loop_events, start_crawl_job, start_policy_web
+from tests.integration.harness import crawl_for, loop_config, loop_events, start_policy_web
 from synthweb import WebPolicy, audit_politeness, build_web, load_log
 from synthweb.audit import ROBOTS_PATHS
 from synthweb.model import RobotsVariant
@@ -44,12 +43,7 @@ def domain_run(kafka_bootstrap: str, flink_connector_jar: Path, tmp_path_factory
     web = start_policy_web(work, N_HOSTS, SEED, WEB_POLICY)
     config = loop_config(work, web, DELAY_S, *BUDGETS)
     try:
-        client, start_ms = start_crawl_job(config, kafka_bootstrap, flink_connector_jar, "domain-budget-test",
-                                           web.seeds)
-        try:
-            time.sleep(RUN_S)
-        finally:
-            client.cancel().result()
+        start_ms = crawl_for(config, kafka_bootstrap, flink_connector_jar, "domain-budget-test", web.seeds, RUN_S)
     finally:
         web.stop()
     yield {"config": config, "events": loop_events(kafka_bootstrap, start_ms), "log": load_log(web.log_path),

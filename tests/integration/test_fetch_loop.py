@@ -1,7 +1,8 @@
 """The fetcher's own per-address gate (operators/fetch_loop.py, decision 1612), proved from the server's
 side: two host names on one address never have requests open together (also when the frontier does
-not know their address yet), another address is not held up, an abandoned fetch keeps its address busy for the hold, a full queue refuses, and every request
-ends in exactly one result. Real sockets on 127.x, real aiohttp fetches, no Flink.
+not know their address yet), an address resolved here that another fetch subtask owns is never sent to,
+another address is not held up, an abandoned fetch keeps its address busy for the hold, a full queue
+refuses, and every request ends in exactly one result. Real sockets on 127.x, real aiohttp fetches, no Flink.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from operators.fetch import Fetcher
-from operators.fetch_loop import FetchLoop
+from operators.fetch_loop import FetchLoop, Owns
 from tests.integration.test_fetch_operator import HOST_A, HOST_B, Listener, LoopbackWeb, Writer, policy_for, reply
 from udfs.ip_gate import IpGatePolicy
 from udfs.records import FetchRequest
@@ -53,11 +54,13 @@ def request(web: LoopbackWeb, host: str, address: str, path: str, seq: int, know
 
 
 def run(web: LoopbackWeb, requests: list[FetchRequest], gate: IpGatePolicy = IpGatePolicy(),
-        expect: int | None = None, timeout_s: float = 20.0, **policy: object) -> tuple[list[dict], FetchLoop]:
-    """Submit `requests` to a fresh loop and collect results until `expect` (default: all) arrived."""
+        expect: int | None = None, timeout_s: float = 20.0, owns: Owns | None = None,
+        **policy: object) -> tuple[list[dict], FetchLoop]:
+    """Submit `requests` to a fresh loop (of a subtask that `owns` some gate keys; None: all) and collect
+    results until `expect` (default: all) arrived."""
     host_map = (f"a1.test {HOST_A}", f"a2.test {HOST_A}", f"a3.test {HOST_A}", f"b1.test {HOST_B}")
     fetcher = Fetcher(policy_for(web, host_map=host_map, **policy))
-    loop = FetchLoop(fetcher.fetch, gate, capacity=16, locate=fetcher.address)
+    loop = FetchLoop(fetcher.fetch, gate, capacity=16, locate=fetcher.address, owns=owns)
     loop.on_stop(fetcher.close)
     loop.start()
     try:
@@ -119,6 +122,32 @@ def test_host_names_whose_address_the_frontier_does_not_know_yet_still_take_turn
     logged(logs, {HOST_A: 3})
     assert len(logs[HOST_A]) == 3 and overlapping(logs[HOST_A]) == 0
     assert {by_lease[r["lease_id"]]["request"]["ip"] for r in shared} == {HOST_A}
+    assert loop.idle() and loop.locating == 0
+
+
+def test_an_address_another_subtask_owns_is_handed_back_unsent(served) -> None:
+    """A subtask that owns only HOST_B's gate: the names it resolves to HOST_A end `misrouted`, naming
+    HOST_A, before any connection (HOST_A's server saw nothing); its own and requests that came with
+    their address (Flink routed those by it) are fetched."""
+    web, logs = served
+    for log in logs.values():
+        log.clear()
+    elsewhere = [request(web, host, HOST_A, f"/slow{i}", i, known=False)
+                 for i, host in enumerate(["a1.test", "a2.test"])]
+    mine = request(web, "b1.test", HOST_B, "/slow0", 8, known=False)
+    routed = request(web, "a3.test", HOST_A, "/slow3", 9)
+    results, loop = run(web, [*elsewhere, mine, routed], owns=lambda key: key == HOST_B)
+    by_lease = {r["request"]["lease_id"]: r for r in results}
+    for req in elsewhere:
+        handed_back = by_lease[req["lease_id"]]
+        assert (handed_back["fetch_status"], handed_back["ip"]) == ("misrouted", HOST_A)
+        assert handed_back["http_status"] is None
+        assert "another fetch subtask" in handed_back["reason"]
+    assert by_lease["b1.test/8"]["fetch_status"] == "ok" and by_lease["a3.test/9"]["fetch_status"] == "ok"
+    logged(logs, {HOST_A: 1, HOST_B: 1})
+    time.sleep(SLOW_S)   # room for a stray exchange to show up in the log
+    assert (len(logs[HOST_A]), len(logs[HOST_B])) == (1, 1)
+    assert loop.counts["misrouted"] == 2 and loop.counts["released"] == 2
     assert loop.idle() and loop.locating == 0
 
 

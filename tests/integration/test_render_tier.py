@@ -1,7 +1,8 @@
 """The rendering tier in the fetcher (operators/render.py): a render lease of a single-page-app page is
 fetched, rendered in headless Chromium and every request the browser makes goes through the fetcher,
 under the lease: its own host only, robots.txt obeyed, one request at a time no sooner than the
-host's delay after the last, shared scripts and styles from the cache on the next render. The
+host's delay after the last, none after the host answered 429, shared scripts and styles from the
+cache on the next render. The
 server's own log proves what was asked and when. Real browser, real HTTP over loopback."""
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ from operators.render import RenderTier, renderable
 from synthweb import WebPolicy, build_web, load_log, spa
 from synthweb.links import page_links
 from tests.integration.harness import app_page, start_policy_web
+from tests.integration.test_fetch_operator import HOST_A, Listener, LoopbackWeb, policy_for, reply
 from udfs.netguard import FetchPolicy
+from udfs.page_events import completion_event
+from udfs.page_facts import ParsedBundle
 from udfs.records import FetchRequest, b64
 from udfs.render_policy import RenderPolicy
 from udfs.urls import host_key
@@ -150,3 +154,48 @@ def test_a_render_lease_too_near_its_deadline_makes_no_request(served):
     assert result["fetch_status"] == "timeout" and "deadline" in result["reason"] and tier.counts["too_late"] == 1
     time.sleep(0.5)
     assert server_requests(server, host.name, before) == []
+
+
+def test_a_429_on_a_sub_resource_ends_the_renders_requests_and_paces_the_host():
+    # The host asked to be left alone: the render's later requests are refused (the server sees none
+    # after the 429), and its Retry-After reaches the frontier with the lease's completion.
+    asked: list[tuple[str, float]] = []
+
+    def logged(path: str, handler):
+        async def handle(request, writer):
+            asked.append((path, time.time()))
+            await handler(request, writer)
+        return handle
+
+    shell = (b"<html><head><script src='/a.js'></script></head><body><p>app</p>"
+             b"<script src='/b.js'></script><link rel='stylesheet' href='/c.css'></body></html>")
+    routes = {"/app": reply(body=shell),
+              "/a.js": reply("429 Too Many Requests", b"", (("Retry-After", "30"),)),
+              "/b.js": reply(body=b"var b = 1;", headers=(("Content-Type", "application/javascript"),)),
+              "/c.css": reply(body=b"p { color: red }", headers=(("Content-Type", "text/css"),))}
+    web = LoopbackWeb()
+    try:
+        port = web.add(Listener(HOST_A, {path: logged(path, handler) for path, handler in routes.items()})).port
+        url = f"http://site-a.test:{port}/app"
+        request = FetchRequest(host=host_key(url), url=url, fp=1, kind="page",  # type: ignore[typeddict-item]
+                               lease_id="site-a/r1", depth=0, attempt=1, render="near_empty", delay_s=0.1)
+
+        async def go():
+            fetcher = Fetcher(policy_for(web, total_timeout_s=5.0))
+            tier = RenderTier(fetcher, RENDER, "TestBot/1.0")
+            try:
+                return dict(await tier.fetch(request)), tier
+            finally:
+                await tier.close()
+                await fetcher.close()
+        result, tier = asyncio.run(go())
+    finally:
+        web.close()
+    render = result["render"]
+    assert render["error"] is None, render["error"]
+    answered_at = next(at for path, at in asked if path == "/a.js")
+    assert [path for path, at in asked if at > answered_at] == []
+    assert tier.counts["lease_throttled"] >= 1 and "/b.js" not in [path for path, _ in asked]
+    assert render["retry_until"] == pytest.approx(answered_at + 30.0, abs=1.0)
+    waits = completion_event(ParsedBundle(result=result, page=None, content_hash=None, simhash=None))["retry_after"]
+    assert 25.0 < waits <= 30.0

@@ -208,6 +208,20 @@ def _redirect_status(fetch_status: Any, http_status: Any, target: Any) -> UrlSta
     return _REDIRECT_STATUS.get(http_status)
 
 
+def on_misrouted(state: HostState, event: dict[str, Any], now: float,
+                 politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
+    """End the lease a `misrouted` outcome names, of any kind (decision 3907): the fetch subtask that
+    resolved the host found an address another subtask owns and sent nothing. Nothing is charged and
+    the host's clock stands; the host learns the address, so its next request carries it and reaches
+    the subtask that gates it. Without a usable address the host's clock restarts as for a lost lease:
+    the request would come back the same way."""
+    lease = state.lease
+    if lease is None or event.get("lease_id") != lease.lease_id:
+        return state, Outcome(False)
+    ip = learned_ip(state, event)
+    return orphan_lease(replace(state, ip=ip), now, politeness, sent=ip is None)
+
+
 def issued_in_run(lease: Lease, run: str) -> bool:
     """Whether `run` (the operator run's tag, `_lease`) issued the lease: its id is `host/<run><seq>`.
     An id `host/<seq>` (restored from state an older release wrote; decision 1604) names no run, so no
@@ -215,17 +229,20 @@ def issued_in_run(lease: Lease, run: str) -> bool:
     return lease.lease_id.rpartition("/")[2].startswith(run)
 
 
-def orphan_lease(state: HostState, now: float,
-                 politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
+def orphan_lease(state: HostState, now: float, politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY,
+                 sent: bool = True) -> tuple[HostState, Outcome]:
     """End the host's lease without charging the URL or the host (decision 3790): a page goes back to
     the tail of its queue with the attempt it had, robots.txt, tdmrep.json or the probe is leased again
     as if never tried, and the backoff stays as it is. Only the host's clock restarts (never earlier
-    than it stood): the lost run may have sent the request at any time up to the lease's deadline."""
+    than it stood): the lost run may have sent the request at any time up to the lease's deadline.
+    `sent` False: the request is known never to have left, and the clock stands."""
     lease = state.lease
     if lease is None:
         return state, Outcome(False)
-    gap_end = next_allowed_at(now, state.crawl_delay, 0.0, state.backoff_s, None, politeness)
-    state = replace(state, lease=None, next_allowed_at=max(state.next_allowed_at, gap_end))
+    if sent:
+        gap_end = next_allowed_at(now, state.crawl_delay, 0.0, state.backoff_s, None, politeness)
+        state = replace(state, next_allowed_at=max(state.next_allowed_at, gap_end))
+    state = replace(state, lease=None)
     if lease.render is not None:   # a render waits again, first, with the attempt it had
         state, verdict = requeue_render(state, lease, False)
         return state, Outcome(True, fp=lease.item.fp, orphaned=True, render=verdict)
