@@ -1,7 +1,7 @@
 """Stored files under one root, on local disk or in S3, for the governance commands.
 
 `open_root("out/warc", policy)` or `open_root("s3://bucket/prefix", policy)` gives the same small
-interface: list names under a folder, read, write whole and delete. Names are relative to the root
+interface: list names under a folder, read (whole or a byte range), write whole and delete. Names are relative to the root
 with `/` separators (`crawl/2026-12-01/0/crawl-20261201080000000-00000-tm1~0.warc.gz`). Local writes are atomic (temporary file,
 fsync, rename, folder fsync); S3 writes are one PutObject with the `[storage]` section's server-side
 encryption (udfs.storage.StoragePolicy.upload_args, as the WARC uploads). The S3 client is the WARC
@@ -33,6 +33,9 @@ class Root(Protocol):
     def read(self, name: str) -> bytes | None:
         """The content of `name`, or None when it does not exist."""
 
+    def read_range(self, name: str, offset: int, length: int) -> bytes | None:
+        """At most `length` bytes of `name` from `offset`, or None when it does not exist."""
+
     def write(self, name: str, data: bytes) -> None:
         """Store `data` as `name`, replacing it whole."""
 
@@ -63,6 +66,15 @@ class LocalRoot:
         """The file's bytes, or None when it is missing."""
         try:
             return (self.path / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes | None:
+        """At most `length` bytes of the file from `offset`, or None when it is missing."""
+        try:
+            with open(self.path / name, "rb") as handle:
+                handle.seek(offset)
+                return handle.read(length)
         except FileNotFoundError:
             return None
 
@@ -119,6 +131,16 @@ class S3Objects:
         """The object's bytes, or None when there is no such key."""
         try:
             answer = self._client.get_object(Bucket=self.root.bucket, Key=self.root.key(name))
+        except self._client.exceptions.NoSuchKey:
+            return None
+        return bytes(answer["Body"].read())
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes | None:
+        """At most `length` bytes of the object from `offset` (one ranged GetObject), or None when there
+        is no such key."""
+        try:
+            answer = self._client.get_object(Bucket=self.root.bucket, Key=self.root.key(name),
+                                             Range=f"bytes={offset}-{offset + max(length, 1) - 1}")
         except self._client.exceptions.NoSuchKey:
             return None
         return bytes(answer["Body"].read())

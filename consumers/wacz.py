@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from consumers.roots import LocalRoot
 from consumers.tombstones import WARC_FOLDER, load_tombstones, read_indexes
-from consumers.warc_index import merged_index
+from consumers.warc_index import merged_index, record_refers_to
 
 WACZ_VERSION: Final = "1.1.1"
 PAGES_HEADER: Final = {"format": "json-pages-1.0", "id": "pages", "title": "All Pages"}
@@ -94,7 +94,7 @@ def write_wacz(root: LocalRoot, out: Path, *, title: str, software: str,
     if len(set(names)) != len(names):
         raise NotPackable("two WARC files share a name; archive/ in a WACZ is flat "
                           "(files an earlier release named by serial number collide)")
-    merged, _counts = merged_index(read_indexes(root), set())
+    merged, _counts = merged_index(read_indexes(root), set(), record_refers_to(root))
     index = archive_index(merged).encode("utf-8")
     listed = page_lines(merged)
     pages = "".join(line + "\n" for line in listed).encode("utf-8")

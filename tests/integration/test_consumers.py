@@ -366,3 +366,15 @@ def test_retention_deletes_old_objects_from_s3_and_keeps_the_rest(storage, tmp_p
     left = sorted(item["Key"] for item in client.list_objects_v2(Bucket=bucket).get("Contents", []))
     assert left == sorted(set(keys) - {keys[0], keys[1], keys[4]})
     assert [l["scope"] for l in read_audit(tmp_path / "audit.jsonl")] == ["warc", "corpus"]
+
+
+def test_an_s3_root_reads_a_byte_range_of_an_object(storage):
+    # The merged index reads a revisit record's head from its WARC file this way (decision 3904).
+    bucket = f"range-{uuid.uuid4().hex[:12]}"
+    client = make_client(storage)
+    client.create_bucket(Bucket=bucket)
+    client.put_object(Bucket=bucket, Key="archive/crawl/f.warc.gz", Body=b"0123456789")
+    root = open_root(f"s3://{bucket}/archive", storage)
+    assert root.read_range("crawl/f.warc.gz", 3, 4) == b"3456"
+    assert root.read_range("crawl/f.warc.gz", 8, 100) == b"89"
+    assert root.read_range("crawl/none.warc.gz", 0, 4) is None

@@ -8,10 +8,11 @@ import sys
 
 from consumers.roots import LocalRoot
 from consumers.tombstones import apply_to_archive, parse_cdxj_line
-from consumers.warc_index import INDEX_NAME, merged_index, resolve_not_modified, write_index
+from consumers.warc_index import INDEX_NAME, merged_index, record_refers_to, resolve_not_modified, write_index
 from crawler.cli import main
 from tests.unit.test_tombstones import URLS, ids, indexes, write_archive
 from udfs.control import takedown
+from udfs.warc import RevisitTarget, WarcBuilder
 
 
 def test_the_merged_index_is_sorted_as_c_locale_sort_and_holds_every_capture_once(tmp_path):
@@ -101,3 +102,32 @@ def test_a_304_revisit_points_at_the_response_before_an_identical_payload_revisi
     # with no response of that digest, the identical-payload revisit stands for it
     lines, resolved = resolve_not_modified([identical, not_modified])
     assert resolved == 1 and json.loads(lines[1].split(" ", 2)[2])["offset"] == "900"
+
+
+def test_a_304_revisit_points_at_the_capture_its_record_names_not_a_later_one_of_the_same_digest():
+    first = _line("test,a)/p", "20260101000000", url="http://a.test/p", mime="text/html", status="200",
+                  digest="sha1:AAA", length="900", offset="0", filename="f1")
+    again = _line("test,a)/p", "20260102000000", url="http://a.test/p?", mime="text/html", status="200",
+                  digest="sha1:AAA", length="900", offset="900", filename="f1")
+    not_modified = _line("test,a)/p", "20260103000000", url="http://a.test/p", mime="warc/revisit",
+                         status="304", digest="sha1:AAA", length="300", offset="0", filename="f2")
+    lines, resolved = resolve_not_modified([first, again, not_modified], lambda _: ("test,a)/p", "20260101000000"))
+    assert resolved == 1 and json.loads(lines[2].split(" ", 2)[2])["offset"] == "0"
+    # a record that names nothing the index holds falls back to the latest earlier capture
+    lines, _ = resolve_not_modified([first, again, not_modified], lambda _: ("test,a)/p", "20251231000000"))
+    assert json.loads(lines[2].split(" ", 2)[2])["offset"] == "900"
+
+
+def test_the_capture_a_revisit_names_is_read_from_its_record(tmp_path):
+    original = RevisitTarget(record_id="<urn:uuid:00000000-0000-4000-8000-000000000001>", target_uri="http://a.test/p",
+                             date="2026-01-01T00:00:00Z", payload_digest="sha1:AAA")
+    record = WarcBuilder().revisit_not_modified("http://a.test/p", 304, "Not Modified", [("ETag", '"v1"')], original,
+                                                date=1_767_312_000.0)
+    member = record.to_gzip()
+    (tmp_path / "crawl").mkdir()
+    (tmp_path / "crawl" / "f.warc.gz").write_bytes(b"x" * 10 + member)
+    named = record_refers_to(LocalRoot(tmp_path))
+    assert named({"filename": "crawl/f.warc.gz", "offset": "10", "length": str(len(member))}) == \
+        ("test,a)/p", "20260101000000")
+    assert named({"filename": "crawl/f.warc.gz", "offset": "0", "length": "10"}) is None     # not a record
+    assert named({"filename": "crawl/none.warc.gz", "offset": "0", "length": "10"}) is None  # no such file
