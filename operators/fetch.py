@@ -5,7 +5,8 @@ Pipeline position (docs/architecture.md §1): frontier → **fetch** → parse /
 resolve the host (operators/resolver.py: static pins, then asynchronous DNS with its own deadline and
 bounded concurrency, cached with bounded TTLs, failures and timeouts cached too) → SSRF guard on every
 address (`udfs.netguard`) → one GET (pages never follow redirects; robots.txt and tdmrep.json follow
-up to `robots_max_redirects`, each hop resolved and guarded again) → limits while reading (the head's
+up to `robots_max_redirects`, each hop resolved and guarded again, on the request's own server
+address: a hop to another is handed on to the frontier, decision 3909) → limits while reading (the head's
 size as it arrives, wire and decoded body caps, a decoded-bytes budget shared by the fetches in
 flight: operators/fetch_wire.py). The connection is made to the address the hop checked: aiohttp asks
 our resolver, which answers with that address, so DNS rebinding cannot swap it; the result names the
@@ -48,7 +49,7 @@ from udfs.latency import Occupancy, micros
 from udfs.fetch_status import (DECODE_ERRORS, CappedDecoder, UnsupportedEncoding, brotli_window, fetch_result,
                                 header_value, redirect_target, retry_after_seconds)
 from udfs.netguard import FetchPolicy
-from udfs.records import FetchRequest, FetchResult, FetchStatus
+from udfs.records import FetchRequest, FetchResult, FetchStatus, PreflightHop
 from udfs.render_policy import RenderPolicy
 from udfs.render_requests import SUBRESOURCE_KIND
 
@@ -189,24 +190,36 @@ class Fetcher:
 
     async def _fetch_hops(self, request: FetchRequest, hops_seen: list[_Exchange], started: float) -> FetchResult:
         robots = request.get("kind") in _PREFLIGHT_KINDS
-        max_hops = self._policy.robots_max_redirects if robots else 0
+        followed = _hops_followed(request) if robots else 0   # by earlier leases of the host (decision 3909)
+        max_hops = max(self._policy.robots_max_redirects - followed, 0) if robots else 0
+        address = request.get("ip") or None   # the server address the request is gated under
         url = request["url"]
         for hop in range(max_hops + 1):
             exchange = _Exchange(url=url)
             hops_seen.append(exchange)
-            waiting = self._asked_to_wait(url) if hop > 0 else None
+            waiting = self._asked_to_wait(url) if hop > 0 or followed else None
             if waiting is not None:
                 # Retryable like a network error: the frontier keeps the host's robots.txt unreachable
                 # and retries later with backoff (RFC 9309 §2.3.1.4), by when the target may be free.
                 return self._result(request, FetchStatus.CONN_ERROR, waiting, exchange, started)
             status, reason = await self._one_hop(request, exchange, robots)
+            address = address or exchange.ip
             self._remember_retry_after(url, exchange)
             target = redirect_target(url, exchange.http_status, exchange.headers) if robots else None
             if status is not FetchStatus.OK or target is None:
                 return self._result(request, status, reason, exchange, started)
             if hop == max_hops:
                 # Still the 3xx, status OK: RFC 9309 §2.3.1.2 lets the frontier treat it as "unavailable".
-                return self._result(request, FetchStatus.OK, f"more than {max_hops} redirects", exchange, started)
+                limit = self._policy.robots_max_redirects
+                return self._result(request, FetchStatus.OK, f"more than {limit} redirects", exchange, started)
+            # A hop to another server is that server's request: its frontier lease is gated and routed by
+            # its address (the per-address limit, its Retry-After), never sent from here.
+            elsewhere = await self.address(URL(target).host or "")
+            if elsewhere is not None and address is not None and elsewhere != address:
+                result = self._result(request, FetchStatus.HANDED_ON, f"redirect to {elsewhere}, another server",
+                                      exchange, started)
+                return FetchResult({**result, "hop": PreflightHop(url=target, ip=elsewhere,  # type: ignore[typeddict-item]
+                                                                  hops=followed + hop + 1)})
             url = target
         raise AssertionError("unreachable: the loop returns on its last hop")
 
@@ -378,6 +391,12 @@ class Fetcher:
             request_headers=exchange.request_headers, body=bytes(exchange.body) if keeps_body else b"",
             ip=exchange.ip, truncated=truncated or exchange.truncated,
         )
+
+
+def _hops_followed(request: FetchRequest) -> int:
+    """The redirects followed before this request to reach its URL (0 when unset or unreadable)."""
+    hops = request.get("hops")
+    return hops if isinstance(hops, int) and not isinstance(hops, bool) and hops > 0 else 0
 
 
 def _connect_timer(tally: FetchTally) -> aiohttp.TraceConfig:

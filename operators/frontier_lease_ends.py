@@ -1,6 +1,6 @@
 """How a lease ends in the host frontier: a page's completion, the answer to a robots.txt, tdmrep.json or
-soft-404 probe lease, a fetch subtask handing it back unsent (`misrouted`), its deadline passing, or an
-extension of it. udfs.frontier (outcomes, preflight,
+soft-404 probe lease, a fetch subtask handing it back unsent (`misrouted`) or handing on a redirect hop
+to another server (`handed_on`), its deadline passing, or an extension of it. udfs.frontier (outcomes, preflight,
 expiry) decides; these functions write what it decided (the URL's row and schedule, a requeued item,
 the bodies kept in state) and count it. A render lease (decision 3905) ends like a page's but writes no
 URL row and leaves the host's content quality alone."""
@@ -14,7 +14,7 @@ from udfs.control_state import HostControls
 from udfs.frontier.expiry import Extension, expire_lease, extend_lease
 from udfs.frontier.outcomes import Outcome, is_held_for_parse_strikes, on_completion, on_misrouted
 from udfs.frontier.pages import broken_reason
-from udfs.frontier.preflight import on_probe, on_robots, on_tdmrep, probe_from_tdmrep, robots_outcome
+from udfs.frontier.preflight import on_handed_on, on_probe, on_robots, on_tdmrep, probe_from_tdmrep, robots_outcome
 from udfs.frontier.rows import HostState, Lease, Robots, UrlRecord, UrlStatus, replace, signed_fp
 from udfs.host_quality import observe as observe_quality
 from udfs.recrawl import Change
@@ -62,6 +62,16 @@ def misrouted(frontier: HostFrontier, state: HostState, event: dict[str, Any], n
     state, outcome = on_misrouted(state, event, now, frontier.politeness_for(controls))
     if outcome.matched:
         frontier.count("leases_misrouted")
+    return apply(frontier, state, outcome)
+
+
+def handed_on(frontier: HostFrontier, state: HostState, event: dict[str, Any], now: float,
+              controls: HostControls) -> HostState:
+    """A robots.txt or tdmrep.json lease that handed on a redirect hop to another server: the host's next
+    lease of that kind fetches the hop, under the hop's address (decision 3909)."""
+    state, outcome = on_handed_on(state, event, now, frontier.politeness_for(controls))
+    if outcome.matched:
+        frontier.count("preflight_hops_handed_on")
     return apply(frontier, state, outcome)
 
 
@@ -133,6 +143,8 @@ def expired(frontier: HostFrontier, host: str, state: HostState, now: float, con
     frontier.count("leases_orphaned" if outcome.orphaned else "leases_expired")
     if frontier.budget is not None and lease is not None:
         frontier.budget.ended(lease.lease_id, now, completed=False)
+    if lease is not None and state.hop is not None and state.hop.kind == lease.kind:
+        state = replace(state, hop=None)   # a handed-on hop that never answered: the host's own file next
     state = apply(frontier, state, outcome)
     if outcome.store_tdmrep is not None:
         frontier.store_tdmrep(host, outcome.store_tdmrep)

@@ -31,6 +31,8 @@ METRICS = tuple(v.value for v in Verdict) + TRAP_METRICS + (
     "completions_not_archived",
     # decision 3907: leases a fetch subtask handed back unsent, their host's address being another's
     "leases_misrouted",
+    # decision 3909: robots.txt and tdmrep.json redirect hops to another server, leased next under its address
+    "preflight_hops_handed_on",
     # soft-404 probes leased, hosts whose probe was answered 200 (their pages are
     # checked), and pages found to be the host's "not found" page
     "probe_leased", "probe_suspect", "probe_by_tdmrep", "soft_404",

@@ -77,8 +77,11 @@ def _preflight(result: FetchResult) -> PreflightResult:
         http_status=result["http_status"], fetched_at=result["done_at"],
         fetch_ms=round((result["done_at"] - result["started_at"]) * 1000.0, 3), ip=result.get("ip"),
     )
-    if response_url(result) != request["url"]:
-        preflight["redirected"] = True   # the answer is another URL's (decision 1821)
+    if response_url(result) != request["url"] or request.get("hops"):
+        preflight["redirected"] = True   # the answer is another URL's (decisions 1821, 3909)
+    hop = result.get("hop")
+    if hop is not None:   # handed on: the frontier leases this hop next, under its address (decision 3909)
+        preflight.update(hop_url=hop["url"], hop_ip=hop["ip"], hops=hop["hops"])
     return preflight
 
 

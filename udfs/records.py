@@ -56,6 +56,9 @@ class FetchStatus(str, enum.Enum):
     # Written by the fetch loop, never sent: the host's address, resolved there, is another fetch subtask's
     # to gate; the frontier learns the address and leases the request again, uncharged (decision 3907)
     MISROUTED = "misrouted"
+    # A robots.txt or tdmrep.json redirect whose next hop is on another server address: that hop is not
+    # sent here; the host's frontier leases it under that address (the result's `hop`, decision 3909)
+    HANDED_ON = "handed_on"
 
 
 PRIORITY_SITEMAP = 1   # a host's sitemaps come before its links (priority 5) and redirect targets (4)
@@ -200,6 +203,11 @@ class PreflightResult(TypedDict):
     # Set only when true: the answer came from another URL than the one asked for (robots.txt and
     # tdmrep.json follow redirects), so it says nothing of how the host answers missing paths (1821).
     redirected: NotRequired[bool]
+    # Fetch status `handed_on` only: the redirect hop to lease next, its server address and the hops
+    # followed to reach it, counted from the host's own file (decision 3909).
+    hop_url: NotRequired[str]
+    hop_ip: NotRequired[str]
+    hops: NotRequired[int]
 
 
 class RobotsResult(PreflightResult):
@@ -302,6 +310,17 @@ class FetchRequest(TypedDict):
     # requests (udfs.politeness.fetch_gap of its Crawl-delay, operator rate limit and backoff), to pace
     # the render's sub-resource requests at.
     delay_s: NotRequired[float]
+    # robots.txt and tdmrep.json leases only, set when `url` is a redirect hop to another server address
+    # that an earlier lease of the host handed on (decision 3909): the redirects already followed.
+    hops: NotRequired[int]
+
+
+class PreflightHop(TypedDict):
+    """A robots.txt or tdmrep.json redirect hop to another server address (decision 3909)."""
+
+    url: str    # the hop's target
+    ip: str     # its server address, which the hop's lease is gated and routed by
+    hops: int   # redirects followed to reach it, from the host's own file
 
 
 class FetchResult(TypedDict):
@@ -319,6 +338,7 @@ class FetchResult(TypedDict):
     started_at: float
     done_at: float
     truncated: str | None       # WARC-Truncated reason ("length", "time") when capped
+    hop: NotRequired[PreflightHop]  # fetch status `handed_on` only: the hop the frontier leases next
 
 
 def response_url(result: FetchResult) -> str:

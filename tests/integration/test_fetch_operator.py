@@ -320,28 +320,38 @@ def test_conditional_get_sends_validators_and_gets_304(web: LoopbackWeb) -> None
     assert (result["fetch_status"], result["http_status"], result["body"]) == ("ok", 304, b"")
 
 
-def test_robots_redirect_is_followed_across_hosts(web: LoopbackWeb) -> None:
+def test_robots_redirect_to_another_server_is_handed_on_not_sent(web: LoopbackWeb) -> None:
+    b = web.listeners[HOST_B]
+    before = len(b.requests)
     result = fetch(web, request(url_a(web, "/robots.txt"), kind="robots"))
+    assert (result["fetch_status"], result["http_status"]) == ("handed_on", 301)
+    assert result["hop"] == {"url": f"http://site-b.test:{b.port}/robots.txt", "ip": HOST_B, "hops": 1}
+    assert len(b.requests) == before, "the hop to another server was sent from here"
+
+
+def test_a_handed_on_hop_is_fetched_under_its_own_address(web: LoopbackWeb) -> None:
+    b = web.listeners[HOST_B]
+    result = fetch(web, request(f"http://site-b.test:{b.port}/robots.txt", kind="robots", ip=HOST_B, hops=1))
     assert (result["fetch_status"], result["http_status"]) == ("ok", 200)
-    assert result["body"].startswith(b"User-agent: *")
-    assert result["url"].startswith("http://site-b.test:")
+    assert result["body"].startswith(b"User-agent: *") and result["ip"] == HOST_B
 
 
-def test_robots_redirect_to_a_host_that_asked_to_wait_is_not_followed(web: LoopbackWeb) -> None:
+def test_a_handed_on_hop_to_a_host_that_asked_to_wait_is_not_sent(web: LoopbackWeb) -> None:
     b = web.listeners[HOST_B]
 
     async def run() -> tuple[dict, dict]:
         fetcher = Fetcher(policy_for(web))
         try:
-            told = dict(await fetcher.fetch(request(f"http://site-b.test:{b.port}/slow-down")))
-            return told, dict(await fetcher.fetch(request(url_a(web, "/robots.txt"), kind="robots")))
+            told = dict(await fetcher.fetch(request(f"http://site-b.test:{b.port}/slow-down", ip=HOST_B)))
+            hop = request(f"http://site-b.test:{b.port}/robots.txt", kind="robots", ip=HOST_B, hops=1)
+            return told, dict(await fetcher.fetch(hop))
         finally:
             await fetcher.close()
     before = len(b.requests)
     told, robots = asyncio.run(run())
     assert told["http_status"] == 429
     assert robots["fetch_status"] == "conn_error" and "asked to wait" in robots["reason"]
-    assert len(b.requests) - before == 1, "the redirect hop to site-b never reached it"
+    assert len(b.requests) - before == 1, "the hop reached site-b while it asked to wait"
 
 
 def test_robots_gzip_bomb_stops_at_the_robots_cap(web: LoopbackWeb) -> None:
@@ -356,6 +366,10 @@ def test_robots_redirect_loop_stops_after_the_limit(web: LoopbackWeb) -> None:
     assert (result["fetch_status"], result["http_status"]) == ("ok", 302)
     assert "more than 5 redirects" in result["reason"]
     assert len(listener.requests) - before == 6
+    # A hop handed on after three redirects has two left.
+    before = len(listener.requests)
+    result = fetch(web, request(f"http://site-b.test:{listener.port}/loop", kind="robots", ip=HOST_B, hops=3))
+    assert "more than 5 redirects" in result["reason"] and len(listener.requests) - before == 3
 
 
 def test_robots_redirect_into_a_denied_range_is_blocked_before_connecting(web: LoopbackWeb) -> None:
@@ -432,6 +446,7 @@ def test_fetch_stages_in_a_minicluster_archive_pages_and_emit_every_event(web: L
         request(url_a(web, "/slow-head")),
         request(url_a(web, "/robots.txt"), kind="robots"),
         request(f"http://denied.test:{denied.port}/ok"),
+        request(f"http://site-b.test:{web.listeners[HOST_B].port}/robots.txt", kind="robots"),
     ]
     for i, req in enumerate(requests):
         # One lease per host, as the frontier gives them: the fetcher's gate keeps only the newest
@@ -456,9 +471,12 @@ def test_fetch_stages_in_a_minicluster_archive_pages_and_emit_every_event(web: L
                 outcome[event["lease_id"]] = (event["fetch_status"], event["http_status"])
         quiet(results, 2.0, "every request has had its one outcome")
     assert outcome == {"L0": ("ok", 200), "L1": ("ok", 301), "L2": ("ok", 200), "L3": ("timeout", None),
-                       "L4": ("ok", 200), "L5": ("blocked", None)}
-    assert len(by_type["completion"]) == 5 and len(by_type["robots"]) == 1
-    assert base64.b64decode(by_type["robots"][0]["body_b64"]).startswith(b"User-agent: *")
+                       "L4": ("handed_on", 301), "L5": ("blocked", None), "L6": ("ok", 200)}
+    assert len(by_type["completion"]) == 5 and len(by_type["robots"]) == 2
+    robots = {event["lease_id"]: event for event in by_type["robots"]}
+    assert base64.b64decode(robots["L6"]["body_b64"]).startswith(b"User-agent: *")
+    # A's robots.txt redirects to site-b, another server: the hop goes to the frontier (decision 3909).
+    assert (robots["L4"]["hop_url"], robots["L4"]["hop_ip"], robots["L4"]["hops"]) == (requests[6]["url"], HOST_B, 1)
     pages = {p["url"]: p for p in by_type["pages.parsed"]}
     assert set(pages) == {url_a(web, "/ok"), url_a(web, "/gzip")}
     for page in pages.values():

@@ -10,10 +10,10 @@ from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, preflight_answer
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
                          robots_verdict_for_status)
 from udfs.frontier.policy import DEFAULT_FRONTIER_POLICY, FrontierPolicy
-from udfs.frontier.rows import HostState, Robots, _number, replace
+from udfs.frontier.rows import HandedOnHop, HostState, Robots, _number, replace
 from udfs.frontier.admission import RulesLike
 from udfs.frontier.release import _no_tdmrep
-from udfs.frontier.outcomes import Outcome, _paced, learned_ip
+from udfs.frontier.outcomes import Outcome, _paced, learned_ip, orphan_lease
 
 
 def _end_preflight(state: HostState, event: dict[str, Any], now: float,
@@ -157,3 +157,23 @@ def on_robots(state: HostState, event: dict[str, Any], rules: RulesLike | None, 
                     robots_retry_at=0.0, crawl_delay=crawl_delay)
     state = _paced(state, Health.HEALTHY, fetch_s, None, now, politeness)
     return state, Outcome(True, store_robots=body, robots_ok=True)
+
+
+# The most redirect hops a handed-on hop may name: fetch.robots_max_redirects' own bound. The fetcher
+# keeps the configured limit; this only bounds what a malformed event can make the frontier lease.
+MAX_HANDED_ON_HOPS = 20
+
+
+def on_handed_on(state: HostState, event: dict[str, Any], now: float,
+                 politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
+    """End a robots.txt or tdmrep.json lease whose fetch handed on a redirect hop to another server
+    (decision 3909): nothing is charged, the host keeps the hop for its next lease of that kind, and its
+    clock restarts (a server was asked). A malformed hop, or one past MAX_HANDED_ON_HOPS, is dropped: the
+    next lease starts again from the host's own file."""
+    lease = state.lease
+    if lease is None or lease.kind not in ("robots", "tdmrep") or event.get("lease_id") != lease.lease_id:
+        return state, Outcome(False)
+    hop = HandedOnHop.from_row([lease.kind, event.get("hop_url"), event.get("hop_ip"), event.get("hops")])
+    if hop is not None and (hop.hops > MAX_HANDED_ON_HOPS or not hop.url.startswith(("http://", "https://"))):
+        hop = None
+    return orphan_lease(replace(state, hop=hop), now, politeness)

@@ -113,9 +113,10 @@ def _lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
 
 def lease_robots(state: HostState, host: str, fp: int, now: float,
                  policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY, run: str = "") -> tuple[HostState, FetchRequest]:
-    """Lease the host's robots.txt (`fp` = url_fp of robots_url); only when plan() says FETCH_ROBOTS."""
+    """Lease the host's robots.txt (`fp` = url_fp of robots_url); only when plan() says FETCH_ROBOTS.
+    After a lease handed on a redirect hop to another server, the hop (decision 3909)."""
     item = QueueItem(robots_url(host, state), fp, 0, 0, state.robots_failures)
-    return _lease(state, "robots", item, host, now, policy, run)
+    return _hop_lease(state, "robots", item, host, now, policy, run)
 
 
 def lease_tdmrep(state: HostState, host: str, fp: int, rules: RulesLike | None, now: float,
@@ -131,7 +132,19 @@ def lease_tdmrep(state: HostState, host: str, fp: int, rules: RulesLike | None, 
     url = tdmrep_url(host, state)
     if _robots_forbid(state, rules, url, policy):
         return _no_tdmrep(state, now, robots_policy), None
-    return _lease(state, "tdmrep", QueueItem(url, fp, 0, 0), host, now, policy, run)
+    return _hop_lease(state, "tdmrep", QueueItem(url, fp, 0, 0), host, now, policy, run)
+
+
+def _hop_lease(state: HostState, kind: str, item: QueueItem, host: str, now: float,
+               policy: FrontierPolicy, run: str) -> tuple[HostState, FetchRequest]:
+    """A lease of the host's `kind` file: of the redirect hop an earlier lease handed on when there is one
+    of that kind, gated and routed by the hop's address, with the redirects already followed."""
+    hop = state.hop
+    if hop is None or hop.kind != kind:
+        return _lease(state, kind, item, host, now, policy, run)
+    state, request = _lease(state, kind, replace(item, url=hop.url), host, now, policy, run)
+    request.update(ip=hop.ip, hops=hop.hops)
+    return state, request
 
 
 def _no_tdmrep(state: HostState, now: float, robots_policy: RobotsPolicy) -> HostState:
@@ -168,7 +181,7 @@ def lease_page(state: HostState, item: QueueItem, rules: RulesLike | None, host:
 def pin_ip(request: FetchRequest, pins: dict[str, str]) -> FetchRequest:
     """Put the host's statically pinned address (host map, which the fetcher's resolver obeys first) into
     the request's `ip`, over any learned one; `pins` maps a host name to its first pinned address."""
-    if not pins:
+    if not pins or request.get("hops"):   # a handed-on hop carries its own server's address (decision 3909)
         return request
     host = request["host"]
     name = host.rsplit(":", 1)[0] if host.count(":") == 1 else host  # host_key carries a non-default port

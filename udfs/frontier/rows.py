@@ -298,6 +298,33 @@ class QueuedRender:
 
 
 @dataclass(frozen=True)
+class HandedOnHop:
+    """A robots.txt or tdmrep.json redirect hop to another server address that a lease of the host handed
+    on (decision 3909): the kind of file, the hop's URL, its address and the redirects followed to reach
+    it. The host's next lease of that kind fetches the hop under that address. Its row is
+    `[kind, url, ip, hops]`."""
+
+    kind: str
+    url: str
+    ip: str
+    hops: int
+
+    def to_row(self) -> list[Any]:
+        return [self.kind, self.url, self.ip, self.hops]
+
+    @staticmethod
+    def from_row(row: Any) -> HandedOnHop | None:
+        """A hop from its row; None when the row is absent or malformed (never raises)."""
+        if not isinstance(row, list) or len(row) != 4:
+            return None
+        kind, url, ip, hops = row
+        if not (kind in ("robots", "tdmrep") and isinstance(url, str) and url and isinstance(ip, str) and ip
+                and _non_negative_int(hops) and hops > 0):
+            return None
+        return HandedOnHop(kind, url, ip, hops)
+
+
+@dataclass(frozen=True)
 class Lease:
     """The one request in flight for a host."""
 
@@ -344,7 +371,8 @@ class HostState:
     - budgets and importance: `budget`, `domain`, `census_at`, `seeded`, `min_depth`, `inlinks`,
       `lists_sitemap`;
     - rendering (decision 3905): `render_mode` (the operator's mode for the host, mirrored from the
-      control table), `renders` (pages waiting for their render lease, leased before the queues).
+      control table), `renders` (pages waiting for their render lease, leased before the queues);
+    - a preflight file's redirect to another server (decision 3909): `hop`.
     """
 
     scheme: str = "http"
@@ -383,6 +411,7 @@ class HostState:
     parse_strikes: int = 0          # its pages that ended at a hostile parse limit (decision 3702)
     render_mode: str = "auto"       # "auto", "always" or "never" (udfs.render_select.RENDER_MODES)
     renders: tuple[QueuedRender, ...] = ()  # renders waiting, first out first (at most MAX_QUEUED_RENDERS)
+    hop: HandedOnHop | None = None  # the robots.txt or tdmrep.json redirect hop to lease next (decision 3909)
 
     @property
     def queued(self) -> int:
@@ -438,6 +467,8 @@ class HostState:
             row["render_mode"] = self.render_mode
         if self.renders:
             row["renders"] = [r.to_row() for r in self.renders]
+        if self.hop is not None:
+            row["hop"] = self.hop.to_row()
         return compact_json.dumps(row)
 
     @staticmethod
@@ -449,7 +480,7 @@ class HostState:
         before version 5 never probed for soft 404s (probed at the next release when turned on), rows
         before version 6 with a full budget and no importance signals yet. A row without `render_mode`
         reads as "auto" (an unknown mode too), without `renders` as none waiting; a malformed render is
-        left out."""
+        left out; a row without a well-formed `hop` has none."""
         if row is None:
             return HostState()
         data = compact_json.loads(row)
@@ -489,6 +520,7 @@ class HostState:
             parse_strikes=data.get("parse_strikes", 0),
             render_mode=_render_mode(data.get("render_mode")),
             renders=tuple(r for r in map(QueuedRender.from_row, data.get("renders") or ()) if r is not None),
+            hop=HandedOnHop.from_row(data.get("hop")),
         )
 
 
