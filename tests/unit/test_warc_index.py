@@ -12,7 +12,7 @@ from consumers.warc_index import INDEX_NAME, merged_index, record_refers_to, res
 from crawler.cli import main
 from tests.unit.test_tombstones import URLS, ids, indexes, write_archive
 from udfs.control import takedown
-from udfs.warc import RevisitTarget, WarcBuilder
+from udfs.warc import RevisitTarget, WarcBuilder, surt
 
 
 def test_the_merged_index_is_sorted_as_c_locale_sort_and_holds_every_capture_once(tmp_path):
@@ -55,15 +55,22 @@ def _line(key: str, timestamp: str, **fields: str) -> str:
     return f"{key} {timestamp} {json.dumps(fields)}"
 
 
+def _capture(day: int, mime: str, status: str, offset: str, filename: str, length: str = "1",
+             digest: str = "sha1:AAA", url: str = "http://a.test/p") -> str:
+    """An index line of `test,a)/p` (unless `url` says another) on 2026-01-`day`."""
+    return _line(surt(url), f"202601{day:02d}000000", url=url, mime=mime, status=status, digest=digest,
+                 length=length, offset=offset, filename=filename)
+
+
+def _fields(line: str) -> dict:
+    return json.loads(line.split(" ", 2)[2])
+
+
 def test_a_server_not_modified_revisit_points_at_the_capture_it_stands_for_and_keeps_its_own_record():
-    page = _line("test,a)/p", "20260101000000", url="http://a.test/p", mime="text/html", status="200",
-                 digest="sha1:AAA", length="900", offset="0", filename="crawl/1.warc.gz")
-    changed = _line("test,a)/p", "20260102000000", url="http://a.test/p", mime="text/html", status="200",
-                    digest="sha1:BBB", length="950", offset="900", filename="crawl/1.warc.gz")
-    not_modified = _line("test,a)/p", "20260103000000", url="http://a.test/p", mime="warc/revisit",
-                         status="304", digest="sha1:AAA", length="500", offset="70", filename="crawl/2.warc.gz")
-    other_url = _line("test,a)/q", "20260104000000", url="http://a.test/q", mime="warc/revisit", status="304",
-                      digest="sha1:AAA", length="500", offset="570", filename="crawl/2.warc.gz")
+    page = _capture(1, "text/html", "200", "0", "crawl/1.warc.gz", length="900")
+    changed = _capture(2, "text/html", "200", "900", "crawl/1.warc.gz", length="950", digest="sha1:BBB")
+    not_modified = _capture(3, "warc/revisit", "304", "70", "crawl/2.warc.gz", length="500")
+    other_url = _capture(4, "warc/revisit", "304", "570", "crawl/2.warc.gz", length="500", url="http://a.test/q")
     lines, resolved = resolve_not_modified([page, changed, not_modified, other_url])
     assert resolved == 1 and lines[:2] == [page, changed] and lines[3] == other_url   # no capture of /q
     key, timestamp, body = lines[2].split(" ", 2)
@@ -75,12 +82,9 @@ def test_a_server_not_modified_revisit_points_at_the_capture_it_stands_for_and_k
 
 
 def test_a_304_revisit_is_not_pointed_at_a_later_capture_or_at_another_3xx():
-    redirect = _line("test,a)/p", "20260101000000", url="http://a.test/p", mime="warc/revisit", status="301",
-                     digest="sha1:AAA", length="1", offset="0", filename="f")
-    not_modified = _line("test,a)/p", "20260102000000", url="http://a.test/p", mime="warc/revisit",
-                         status="304", digest="sha1:AAA", length="1", offset="1", filename="f")
-    later = _line("test,a)/p", "20260103000000", url="http://a.test/p", mime="text/html", status="200",
-                  digest="sha1:AAA", length="1", offset="2", filename="f")
+    redirect = _capture(1, "warc/revisit", "301", "0", "f")
+    not_modified = _capture(2, "warc/revisit", "304", "1", "f")
+    later = _capture(3, "text/html", "200", "2", "f")
     assert resolve_not_modified([redirect, not_modified, later]) == ([redirect, not_modified, later], 0)
 
 
@@ -90,32 +94,26 @@ def test_a_name_outside_the_root_is_refused(tmp_path, capsys):
 
 
 def test_a_304_revisit_points_at_the_response_before_an_identical_payload_revisit_of_it():
-    response = _line("test,a)/p", "20260101000000", url="http://a.test/p", mime="text/html", status="200",
-                     digest="sha1:AAA", length="900", offset="0", filename="f1")
-    identical = _line("test,a)/p", "20260102000000", url="http://a.test/p", mime="warc/revisit", status="200",
-                      digest="sha1:AAA", length="400", offset="900", filename="f1")
-    not_modified = _line("test,a)/p", "20260103000000", url="http://a.test/p", mime="warc/revisit",
-                         status="304", digest="sha1:AAA", length="300", offset="0", filename="f2")
+    response = _capture(1, "text/html", "200", "0", "f1", length="900")
+    identical = _capture(2, "warc/revisit", "200", "900", "f1", length="400")
+    not_modified = _capture(3, "warc/revisit", "304", "0", "f2", length="300")
     lines, resolved = resolve_not_modified([response, identical, not_modified])
-    assert resolved == 1 and json.loads(lines[2].split(" ", 2)[2])["filename"] == "f1"
-    assert json.loads(lines[2].split(" ", 2)[2])["offset"] == "0"
+    assert resolved == 1 and _fields(lines[2])["filename"] == "f1"
+    assert _fields(lines[2])["offset"] == "0"
     # with no response of that digest, the identical-payload revisit stands for it
     lines, resolved = resolve_not_modified([identical, not_modified])
-    assert resolved == 1 and json.loads(lines[1].split(" ", 2)[2])["offset"] == "900"
+    assert resolved == 1 and _fields(lines[1])["offset"] == "900"
 
 
 def test_a_304_revisit_points_at_the_capture_its_record_names_not_a_later_one_of_the_same_digest():
-    first = _line("test,a)/p", "20260101000000", url="http://a.test/p", mime="text/html", status="200",
-                  digest="sha1:AAA", length="900", offset="0", filename="f1")
-    again = _line("test,a)/p", "20260102000000", url="http://a.test/p?", mime="text/html", status="200",
-                  digest="sha1:AAA", length="900", offset="900", filename="f1")
-    not_modified = _line("test,a)/p", "20260103000000", url="http://a.test/p", mime="warc/revisit",
-                         status="304", digest="sha1:AAA", length="300", offset="0", filename="f2")
+    first = _capture(1, "text/html", "200", "0", "f1", length="900")
+    again = _capture(2, "text/html", "200", "900", "f1", length="900", url="http://a.test/p?")   # same key
+    not_modified = _capture(3, "warc/revisit", "304", "0", "f2", length="300")
     lines, resolved = resolve_not_modified([first, again, not_modified], lambda _: ("test,a)/p", "20260101000000"))
-    assert resolved == 1 and json.loads(lines[2].split(" ", 2)[2])["offset"] == "0"
+    assert resolved == 1 and _fields(lines[2])["offset"] == "0"
     # a record that names nothing the index holds falls back to the latest earlier capture
     lines, _ = resolve_not_modified([first, again, not_modified], lambda _: ("test,a)/p", "20251231000000"))
-    assert json.loads(lines[2].split(" ", 2)[2])["offset"] == "900"
+    assert _fields(lines[2])["offset"] == "900"
 
 
 def test_the_capture_a_revisit_names_is_read_from_its_record(tmp_path):
