@@ -135,14 +135,12 @@ class HostFrontier:
             state = lease_ends.misrouted(self, state, event, now, controls)
         elif kind in _PREFLIGHT_FILES and event.get("fetch_status") == FetchStatus.HANDED_ON.value:
             state = lease_ends.handed_on(self, state, event, now, controls)
-        elif kind in _PREFLIGHT_FILES and state.hop is not None and state.hop.kind == kind \
-                and state.lease is not None and event.get("lease_id") == state.lease.lease_id:
-            # the answer of a handed-on hop: another server's address is not the host's (decision 3909)
-            state = self._file_answered(host, replace(state, hop=None), dict(event, ip=None), now, controls)
-        elif kind in _PREFLIGHT_FILES:
-            state = self._file_answered(host, state, event, now, controls)
         elif kind == "completion":
             state = lease_ends.completed(self, state, event, now, controls)
+        elif kind == "robots":
+            state = lease_ends.robots_answered(self, host, state, event, now, controls)
+        elif kind == "tdmrep":
+            state = lease_ends.tdmrep_answered(self, host, state, event, now, controls)
         elif kind == "probe":
             state = lease_ends.probe_answered(self, state, event, now, controls)
         elif kind == "domain_hosts":
@@ -155,12 +153,6 @@ class HostFrontier:
         else:
             self.count("events_malformed")
         return self._release(host, state, now, controls, before)
-
-    def _file_answered(self, host: str, state: HostState, event: dict[str, Any], now: float,
-                       controls: HostControls) -> HostState:
-        if event.get("type") == "robots":
-            return lease_ends.robots_answered(self, host, state, event, now, controls)
-        return lease_ends.tdmrep_answered(self, host, state, event, now, controls)
 
     def on_timer(self, host: str, timer_ms: int, now: float) -> Effects:
         state = before = self._load(host)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from tests.unit.test_frontier_logic import HOST, NOW, known, robots_event, robots_leased
 from tests.unit.test_frontier_orphaned_leases import Subtask, discovered
-from udfs.frontier.preflight import MAX_HANDED_ON_HOPS, on_handed_on
+from udfs.frontier.preflight import MAX_HANDED_ON_HOPS, on_handed_on, on_robots
 from udfs.frontier.release import Step, lease_robots, pin_ip, plan
 from udfs.frontier.rows import HandedOnHop, HostState, Robots
 from udfs.politeness import PolitenessPolicy
@@ -79,3 +79,12 @@ def test_the_frontier_leases_the_hop_then_keeps_its_answer_as_the_hosts_robots_t
     assert sub.state.robots is Robots.PARSED and sub.state.hop is None
     assert sub.state.ip is None   # the hop's server is not the host's
     assert sub.counts["robots_fetched"] == 1
+
+
+def test_the_hops_answer_ends_the_hosts_robots_lease_without_teaching_it_the_hops_address():
+    state, req = robots_leased(known(robots=Robots.NONE))
+    state, _ = on_handed_on(state, handed_on(robots_event(req)), NOW)
+    state, hop = lease_robots(state, HOST, 1, state.next_allowed_at)
+    after, out = on_robots(state, dict(robots_event(hop, body=""), ip=HOP_IP), None, NOW + 5)
+    assert out.matched and out.robots_ok and after.robots is Robots.PARSED
+    assert after.hop is None and after.ip is None and after.lease is None

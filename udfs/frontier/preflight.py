@@ -16,6 +16,15 @@ from udfs.frontier.release import _no_tdmrep
 from udfs.frontier.outcomes import Outcome, _paced, learned_ip, orphan_lease
 
 
+def _lease_answered(state: HostState, event: dict[str, Any]) -> HostState:
+    """The host with its answered lease ended: it learns the address that answered, unless the lease
+    fetched a handed-on hop of its file on another server, whose hop it then drops (decision 3909)."""
+    lease = state.lease
+    if lease is not None and state.hop is not None and state.hop.kind == lease.kind:
+        return replace(state, lease=None, hop=None)
+    return replace(state, lease=None, ip=learned_ip(state, event))
+
+
 def _end_preflight(state: HostState, event: dict[str, Any], now: float,
                    politeness: PolitenessPolicy) -> tuple[HostState, str, int | None]:
     """End a per-host file or probe lease: the host's clock restarts as after a page, with the backoff
@@ -26,8 +35,8 @@ def _end_preflight(state: HostState, event: dict[str, Any], now: float,
     retry_after = _number(event.get("retry_after"))
     health = classify_health(error, status, retry_after)
     fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
-    state = _paced(replace(state, lease=None, ip=learned_ip(state, event)), health, fetch_s, retry_after, now,
-                   politeness, _number(event.get("fetched_at")))
+    state = _paced(_lease_answered(state, event), health, fetch_s, retry_after, now, politeness,
+                   _number(event.get("fetched_at")))
     return state, error, status
 
 
@@ -135,7 +144,7 @@ def on_robots(state: HostState, event: dict[str, Any], rules: RulesLike | None, 
     if verdict is None:  # 304: the stored rules stand, if there are any
         verdict = state.robots if state.robots in (Robots.PARSED, Robots.ALLOW_ALL) else Robots.UNREACHABLE
     fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
-    state = replace(state, lease=None, ip=learned_ip(state, event))
+    state = _lease_answered(state, event)
     if verdict is Robots.UNREACHABLE:
         delay = None if row.retry else row.ttl_s
         state = _robots_failed(state, now, delay, policy, robots_policy)
