@@ -57,9 +57,9 @@ def merged_index(indexes: Iterable[tuple[str, str]], tombstoned: set[tuple[str, 
 
 def resolve_not_modified(lines: list[str], refers_to: RefersTo | None = None) -> tuple[list[str], int]:
     """Sorted CDXJ lines with each server-not-modified revisit (a `warc/revisit` line whose status is
-    304) pointed at the capture it stands for, and how many were: the earlier response or 2xx revisit
-    of the same key and digest at the time `refers_to` reads from the revisit's record (its
-    WARC-Refers-To); without one, the latest earlier response of the same key and digest (the writer
+    304) pointed at the capture it stands for, and how many were: the response or 2xx revisit of the
+    digest at the key and time `refers_to` reads from the revisit's record (its WARC-Refers-To, which
+    may name another URL's capture); without one, the latest earlier response of the same key and digest (the writer
     refers a recrawl to the page's last full capture), else the latest earlier identical-payload
     revisit of them (which pywb resolves in turn); never a 3xx.
     The line keeps its key, timestamp and url, takes that capture's fields (mime, status, filename,
@@ -68,7 +68,7 @@ def resolve_not_modified(lines: list[str], refers_to: RefersTo | None = None) ->
     down) stays as it is."""
     responses: dict[tuple[str, str], dict] = {}     # (key, digest) → fields of the latest response line
     revisits: dict[tuple[str, str], dict] = {}      # ... and of the latest 2xx identical-payload revisit
-    captures: dict[tuple[str, str, str], dict] = {}  # (key, timestamp, digest) → fields of either
+    captures = _full_captures(lines) if refers_to is not None else {}
     resolved_lines, resolved = [], 0
     for line in lines:
         key, timestamp, body = line.split(" ", 2)
@@ -94,9 +94,24 @@ def resolve_not_modified(lines: list[str], refers_to: RefersTo | None = None) ->
             continue
         if digest and not status.startswith("3"):
             (revisits if revisit else responses)[(key, digest)] = fields
-            captures[(key, timestamp, digest)] = fields
         resolved_lines.append(line)
     return resolved_lines, resolved
+
+
+def _full_captures(lines: list[str]) -> dict[tuple[str, str, str], dict]:
+    """(key, timestamp, digest) → fields of every response and 2xx revisit line. A revisit's record may
+    name a capture of another URL (a recrawl refers to the full capture its URL's last fetch was a
+    duplicate of), whose key sorts after its own, so the whole index is read before any is resolved."""
+    captures = {}
+    for line in lines:
+        key, timestamp, body = line.split(" ", 2)
+        try:
+            fields = json.loads(body)
+        except ValueError:
+            continue
+        if fields.get("digest") and not str(fields.get("status", "")).startswith("3"):
+            captures[(key, timestamp, fields["digest"])] = fields
+    return captures
 
 
 def record_refers_to(root: Root) -> RefersTo:

@@ -129,3 +129,13 @@ def test_the_capture_a_revisit_names_is_read_from_its_record(tmp_path):
         ("test,a)/p", "20260101000000")
     assert named({"filename": "crawl/f.warc.gz", "offset": "0", "length": "10"}) is None     # not a record
     assert named({"filename": "crawl/none.warc.gz", "offset": "0", "length": "10"}) is None  # no such file
+
+
+def test_a_304_revisit_points_at_another_urls_capture_its_record_names_even_when_that_key_sorts_after_its_own():
+    print_copy = _capture(1, "text/html", "200", "0", "f1", length="900", url="http://a.test/print/p")
+    page = _capture(2, "text/html", "200", "900", "f1", length="900")
+    not_modified = _capture(3, "warc/revisit", "304", "0", "f2", length="300")
+    lines = sorted([print_copy, page, not_modified])
+    assert lines.index(not_modified) < lines.index(print_copy)
+    resolved_lines, resolved = resolve_not_modified(lines, lambda _: ("test,a)/print/p", "20260101000000"))
+    assert resolved == 1 and _fields(resolved_lines[lines.index(not_modified)])["offset"] == "0"
