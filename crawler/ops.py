@@ -335,6 +335,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     rescale = subparsers.add_parser(
         "rescale", parents=[common], help="stop the crawl job with a savepoint, start it from it at another parallelism")
     rescale.add_argument("--parallelism", type=int, required=True, help="frontier shards (<= job.max_parallelism)")
+    rescale.add_argument("--fetch-parallelism", type=int,
+                         help="fetch subtasks (job.fetch_parallelism; default: as the job has them)")
     rescale.set_defaults(func=_cmd_rescale)
     restore_cmd = subparsers.add_parser(
         "restore", parents=[starts], help="start the crawl job from a savepoint or retained checkpoint")
@@ -372,9 +374,17 @@ def _cmd_upgrade(args: argparse.Namespace) -> int:
 
 
 def _cmd_rescale(args: argparse.Namespace) -> int:
-    if args.parallelism < 1:
-        raise ValueError(f"--parallelism must be at least 1, got {args.parallelism}")
-    return _run(args, [f"job.parallelism={args.parallelism}"])
+    return _run(args, rescale_overrides(args.parallelism, args.fetch_parallelism))
+
+
+def rescale_overrides(parallelism: int, fetch_parallelism: int | None = None) -> list[str]:
+    """The settings `crawler rescale` changes: the frontier's shards and, when given, the fetch subtasks
+    (each server address then belongs to the fetch subtask its key group reaches at the new width)."""
+    for flag, value in (("--parallelism", parallelism), ("--fetch-parallelism", fetch_parallelism)):
+        if value is not None and value < 1:
+            raise ValueError(f"{flag} must be at least 1, got {value}")
+    fetch = [] if fetch_parallelism is None else [f"job.fetch_parallelism={fetch_parallelism}"]
+    return [f"job.parallelism={parallelism}", *fetch]
 
 
 def _cmd_restore(args: argparse.Namespace) -> int:

@@ -292,8 +292,13 @@ class ClusterCrawl:
                                                             timeout_s=30)]
 
     def events(self) -> list[dict]:
-        """The loop's events: discoveries (crawl.frontier), then completions and robots results (crawl.outcomes)."""
-        return self.topic(TOPIC_FRONTIER) + self.topic(TOPIC_OUTCOMES)
+        """The loop's events: completions and robots results (crawl.outcomes), then discoveries
+        (crawl.frontier). Read in that order: the writer sends a page's discoveries before its
+        completion, so every completion read has its discoveries in the later read. The other order let
+        `finished` see a completion whose discoveries came after the first read, and a completion's
+        `done_at` (its fetch's time) is no guard when the writer held the page through a store outage."""
+        outcomes = self.topic(TOPIC_OUTCOMES)
+        return self.topic(TOPIC_FRONTIER) + outcomes
 
     def requests(self) -> list[dict]:
         """The server's page requests (robots.txt left out), in the order they started."""

@@ -1,7 +1,8 @@
 """Rescale and upgrade through savepoints (issue #7, docs/architecture.md §6) on a real standalone cluster
-with two TaskManagers, real Kafka and the synthetic web: the crawl job runs at parallelism 2, is
-moved to 4 with `crawler rescale` and back to 2 with `crawler upgrade --set`, each time stopped
-with a savepoint and started from it. Hosts move by whole key groups; the server's request log
+with two TaskManagers, real Kafka and the synthetic web: the crawl job runs with 2 frontier and 2
+fetch subtasks, is moved to 4 and 4 with `crawler rescale` and back to 2 and 2 with `crawler upgrade
+--set`, each time stopped with a savepoint and started from it. Hosts move by whole key groups, and
+server addresses to the fetch subtask their key group reaches at the new width; the server's request log
 and the topics show that no URL was lost and at most the fetches in flight at each savepoint were
 repeated, and politeness holds across the restarts.
 """
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.integration
 HOSTS = 12
 POLICY = {**WEB_POLICY, "min_pages": 15, "max_pages": 30}
 DELAY_S = 1.5
+FETCH_AT_2 = ("job.fetch_parallelism=2",)
 
 
 def _crawler(*args: str) -> subprocess.CompletedProcess[str]:
@@ -40,26 +42,28 @@ def _crawler(*args: str) -> subprocess.CompletedProcess[str]:
                           timeout=600, cwd=ROOT)
 
 
-def _frontier_parallelism(cluster: FlinkCluster, job_id: str) -> int:
+def _parallelism(cluster: FlinkCluster, job_id: str, vertex: str) -> int:
+    """The parallelism of the job's first vertex whose description names `vertex`."""
     plan = (cluster.rest(f"/jobs/{job_id}/plan") or {}).get("plan", {})
-    return next(n["parallelism"] for n in plan.get("nodes", []) if "frontier" in n["description"].lower())
+    return next(n["parallelism"] for n in plan.get("nodes", []) if vertex in n["description"].lower())
 
 
 @pytest.fixture(scope="module")
 def rescaled(cluster: FlinkCluster, kafka_broker: KafkaBroker,
              tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
-    """Crawl at 2, `crawler rescale --parallelism 4`, crawl, `crawler upgrade --set job.parallelism=2`,
-    crawl to the end. Slow: about 3-4 minutes on 2 cores."""
+    """Crawl at 2 and 2, `crawler rescale --parallelism 4 --fetch-parallelism 4`, crawl, `crawler upgrade
+    --set job.parallelism=2 --set job.fetch_parallelism=2`, crawl to the end. Slow: about 3-4 minutes
+    on 2 cores."""
     work = tmp_path_factory.mktemp("rescale")
     crawl = ClusterCrawl(cluster, kafka_broker, work, hosts=HOSTS, policy=POLICY, delay_s=DELAY_S)
     cli = ["--state-dir", str(cluster.state_dir.parent), "--rest-port", str(cluster.rest_port)]
     moves = []
     try:
-        first = crawl.start(parallelism=2)
+        first = crawl.start(parallelism=2, overrides=FETCH_AT_2)
         args = job_args(cluster.rest(f"/jobs/{first}/config"))
         assert wait_running(cluster, first) == "RUNNING"
-        for parallelism, command in ((4, ["rescale", "--parallelism", "4"]),
-                                     (2, ["upgrade", "--set", "job.parallelism=2"])):
+        for parallelism, command in ((4, ["rescale", "--parallelism", "4", "--fetch-parallelism", "4"]),
+                                     (2, ["upgrade", "--set", "job.parallelism=2", "--set", FETCH_AT_2[0]])):
             before = len(crawl.requests())
             crawl.crawl_until(lambda before=before: len(crawl.requests()) >= before + 30, 120,
                               f"crawling before the move to {parallelism}")
@@ -73,7 +77,8 @@ def rescaled(cluster: FlinkCluster, kafka_broker: KafkaBroker,
             restored = ((cluster.rest(f"/jobs/{crawl.job_id}/checkpoints") or {}).get("latest") or {}).get("restored")
             moves.append(SimpleNamespace(parallelism=parallelism, done=done, old_state=old_state, restored=restored,
                                          window=(stopping_at, started_at),
-                                         frontier=_frontier_parallelism(cluster, crawl.job_id),
+                                         frontier=_parallelism(cluster, crawl.job_id, "frontier"),
+                                         fetch=_parallelism(cluster, crawl.job_id, "fetch"),
                                          requests=len(crawl.requests())))
         final_args = job_args(cluster.rest(f"/jobs/{crawl.job_id}/config"))
         crawl.crawl_until(crawl.finished, 180, "crawling to the end after the moves")
@@ -91,13 +96,14 @@ def test_each_move_stops_the_job_with_a_savepoint_and_restores_it_at_the_new_par
         rescaled: SimpleNamespace) -> None:
     for move in rescaled.moves:
         assert move.done["state"] == "RUNNING" and move.old_state == "FINISHED"
-        assert move.frontier == move.parallelism
+        assert move.frontier == move.fetch == move.parallelism
         assert move.restored and move.restored["is_savepoint"]
         assert move.done["savepoint"].endswith(move.restored["external_path"].rsplit("/", 1)[-1])
 
 
 def test_the_new_jobs_keep_the_first_jobs_arguments_plus_the_overrides(rescaled: SimpleNamespace) -> None:
-    assert rescaled.final_args == [*rescaled.args, "--set", "job.parallelism=4", "--set", "job.parallelism=2"]
+    assert rescaled.final_args == [*rescaled.args, "--set", "job.parallelism=4", "--set", "job.fetch_parallelism=4",
+                                   "--set", "job.parallelism=2", "--set", "job.fetch_parallelism=2"]
 
 
 def test_no_admitted_url_is_lost_and_crawling_goes_on_after_each_move(rescaled: SimpleNamespace) -> None:

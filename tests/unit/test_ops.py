@@ -11,7 +11,7 @@ import pytest
 
 from crawler.cli import build_parser, main
 from crawler.ops import (JOB_ARGS_KEY, UpgradeError, check_job_config, failure_summary, job_args, job_id_of,
-                         run_command, running_crawl_job, savepoint_of, with_overrides)
+                         rescale_overrides, run_command, running_crawl_job, savepoint_of, with_overrides)
 from tests.integration.harness import free_port
 
 RUNNING = {"jid": "a" * 32, "name": "crawl run1", "state": "RUNNING"}
@@ -139,6 +139,13 @@ def test_upgrade_without_a_cluster_exits_2_with_one_line(tmp_path: Path, capsys:
 def test_rescale_to_zero_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert main(["rescale", "--parallelism", "0", "--state-dir", str(tmp_path)]) == 2
     assert "--parallelism must be at least 1" in capsys.readouterr().err
+    assert main(["rescale", "--parallelism", "2", "--fetch-parallelism", "0", "--state-dir", str(tmp_path)]) == 2
+    assert "--fetch-parallelism must be at least 1" in capsys.readouterr().err
+
+
+def test_rescale_moves_the_fetch_subtasks_only_when_asked():
+    assert rescale_overrides(4) == ["job.parallelism=4"]
+    assert rescale_overrides(4, 4) == ["job.parallelism=4", "job.fetch_parallelism=4"]
 
 
 # --- the cluster shape the failover and rescale tests need (crawler/flink_cluster.py) ------------
