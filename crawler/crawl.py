@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,10 +150,30 @@ def frontier_metrics(stack: Stack, job_id: str) -> dict[str, float]:
             continue
         base = f"/jobs/{job_id}/vertices/{vertex['id']}/subtasks/metrics"
         names = [m["id"] for m in stack.flink.rest(base) or [] if ".frontier." in m["id"]]
-        if names:
-            for metric in stack.flink.rest(f"{base}?get={','.join(names)}&agg=sum") or []:
+        for query in metric_queries(base, names, "&agg=sum"):
+            for metric in stack.flink.rest(query) or []:
                 found[metric["id"].rsplit(".", 1)[-1]] = float(metric.get("sum", 0))
     return found
+
+
+# Flink's REST server refuses a request line longer than 4,096 bytes (Netty's default), and the frontier
+# has over a hundred metrics: their names are asked for a few at a time.
+MAX_QUERY_CHARS = 2000
+
+
+def metric_queries(base: str, names: Sequence[str], suffix: str = "", max_chars: int = MAX_QUERY_CHARS) -> list[str]:
+    """`base?get=a,b,...suffix` paths that ask for every name, each path at most `max_chars` long (a
+    name longer than that alone gets a path of its own)."""
+    queries, batch, length = [], [], len(base) + len("?get=") + len(suffix)
+    for name in names:
+        if batch and length + len(batch) + len(name) > max_chars:
+            queries.append(f"{base}?get={','.join(batch)}{suffix}")
+            batch, length = [], len(base) + len("?get=") + len(suffix)
+        batch.append(name)
+        length += len(name)
+    if batch:
+        queries.append(f"{base}?get={','.join(batch)}{suffix}")
+    return queries
 
 
 def job_state(stack: Stack, job_id: str) -> str:

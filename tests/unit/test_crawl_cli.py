@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from crawler.crawl import RunSpec, run_overrides, seed_events, summarize
+from crawler.crawl import MAX_QUERY_CHARS, RunSpec, metric_queries, run_overrides, seed_events, summarize
 from udfs.config import load_config
 from udfs.records import decode_frontier_event
 
@@ -58,3 +58,13 @@ def test_a_summary_counts_completions_with_malformed_fields_without_failing():
     assert summary["by_fetch_status"] == {"malformed": 2, "ok": 1}
     assert summary["fetched"] == 3 and summary["bytes"] == 10
     json.dumps(summary)
+
+
+def test_the_frontier_metrics_are_asked_for_in_requests_flinks_rest_server_accepts():
+    base = "/jobs/0123456789abcdef0123456789abcdef/vertices/fedcba9876543210fedcba9876543210/subtasks/metrics"
+    names = [f"frontier.frontier.dropped_trap_rule_number_{i}" for i in range(150)]
+    queries = metric_queries(base, names, "&agg=sum")
+    assert len(queries) > 1 and all(len(q) <= MAX_QUERY_CHARS for q in queries)
+    asked = [name for q in queries for name in q.removeprefix(f"{base}?get=").removesuffix("&agg=sum").split(",")]
+    assert asked == names
+    assert metric_queries(base, []) == []
