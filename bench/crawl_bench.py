@@ -714,10 +714,14 @@ Extra = tuple[float | None, dict[str, float], dict[str, float]]
 
 class Sampler:
     """Takes a `Sample` of named process trees (and whatever `extra` reports) when asked; with
-    `threads_of`, also the CPU of that root process's own threads by name."""
+    `threads_of`, also the CPU of that root process's own threads by name. A name may stand for several
+    roots (every TaskManager of the stack): their trees' CPU is summed, and `threads_of` reads the first's."""
 
-    def __init__(self, roots: Mapping[str, int | None], extra: Callable[[], Extra], threads_of: str | None = None):
-        self.roots = {name: pid for name, pid in roots.items() if pid is not None}
+    def __init__(self, roots: Mapping[str, int | Sequence[int | None] | None], extra: Callable[[], Extra],
+                 threads_of: str | None = None):
+        listed = {name: tuple(p for p in (pid if isinstance(pid, Sequence) else (pid,)) if p is not None)
+                  for name, pid in roots.items()}
+        self.roots = {name: pids for name, pids in listed.items() if pids}
         self.extra = extra
         self.threads_of = threads_of
         self.samples: list[Sample] = []
@@ -725,8 +729,9 @@ class Sampler:
     def take(self) -> Sample:
         table = proc_table()
         queue, busy, counters = self.extra()
-        pid = self.roots.get(self.threads_of) if self.threads_of else None
-        sample = Sample(time.monotonic(), {name: tree_cpu_s(table, pid) for name, pid in self.roots.items()},
+        pid = self.roots[self.threads_of][0] if self.threads_of in self.roots else None
+        cpu = {name: sum(tree_cpu_s(table, p) for p in pids) for name, pids in self.roots.items()}
+        sample = Sample(time.monotonic(), cpu,
                         queue, busy, counters, thread_cpu_by_name(pid) if pid is not None else {}, machine_cpu_s())
         self.samples.append(sample)
         return sample
@@ -968,7 +973,8 @@ def run_ours(spec: BenchSpec, policy_file: Path, progress: Callable[[str], None]
                     progress(f"ours: poison written to {', '.join(poison)}")
                 poison_timer = threading.Timer(spec.poison_at_s, write_poison)
                 poison_timer.start()
-            sampler = Sampler({"taskmanager": stack.flink.taskmanager.pid(), "jobmanager": stack.flink.jobmanager.pid(),
+            sampler = Sampler({"taskmanager": [tm.pid() for tm in stack.flink.taskmanagers],
+                               "jobmanager": stack.flink.jobmanager.pid(),
                                "kafka": stack.kafka.pid(), "web server": web.pid}, flink_extra(stack, job_id),
                               threads_of="taskmanager")
 

@@ -202,7 +202,8 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     # event, and the fetcher that owns the host's address renders the lease (decisions 3903, 3906).
     fetched = stages.fetch(requests, config.fetch, job.fetch_capacity, gate=config.ipgate,
                            parallelism=job.fetch_parallelism, render=config.render)
-    preflight = stages.preflight_events(fetched, config.fetch, config.optout, config.extract)
+    preflight = stages.preflight_events(fetched, config.fetch, config.optout, config.extract,
+                                        parallelism=job.fetch_parallelism)
     pages = stages.parse(fetched, config.extract, config.optout, soft404, config.sitemaps, config.warc,
                          slot_group=job.parse_slot_group, parallelism=job.parse_width, render=config.render)
     verdicts = stages.dedup_verdicts(pages, config.dedup, config.warc, parse_parallelism=job.parse_width)

@@ -61,12 +61,17 @@ def fetch(requests: DataStream, policy: FetchPolicy, capacity: int,
 
 
 def preflight_events(fetched: DataStream, policy: FetchPolicy, optout: OptOutPolicy = DEFAULT_OPTOUT_POLICY,
-                     extract: ExtractPolicy = DEFAULT_EXTRACT_POLICY) -> DataStream:
-    """The crawl.outcomes events of robots.txt, tdmrep.json and soft-404 probe results; pages give none."""
+                     extract: ExtractPolicy = DEFAULT_EXTRACT_POLICY, parallelism: int | None = None) -> DataStream:
+    """The crawl.outcomes events of robots.txt, tdmrep.json and soft-404 probe results; pages give none.
+    Give the fetcher's `parallelism` when it differs from the environment's: the filter then runs in
+    each fetch subtask's worker rather than behind a shuffle of every fetch result, page bodies and all."""
     with python_mode(fetched.get_execution_environment(), "process"):
-        return (fetched.flat_map(_preflight_outputs(policy.robots_max_bytes, optout.max_tdmrep_bytes, extract),
-                                 output_type=TRIPLE_TYPE)
-                .uid("robots-events").name("robots events"))
+        events = (fetched.flat_map(_preflight_outputs(policy.robots_max_bytes, optout.max_tdmrep_bytes, extract),
+                                   output_type=TRIPLE_TYPE)
+                  .uid("robots-events").name("robots events"))
+        if parallelism is not None:
+            events = events.set_parallelism(parallelism)
+    return events
 
 
 def _preflight_outputs(robots_max_bytes: int, tdmrep_max_bytes: int,

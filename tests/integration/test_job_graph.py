@@ -50,6 +50,18 @@ def test_parse_parallelism_widens_parse_and_its_probe_with_no_shuffle_between(tm
     assert _named(nodes, "frontier")["parallelism"] == 1 and _named(nodes, "warc writer")["parallelism"] == 1
 
 
+def test_the_preflight_filter_runs_beside_each_fetch_subtask_with_no_shuffle_between(tmp_path: Path,
+                                                                                      flink_connector_jar: Path) -> None:
+    """Every fetch result, page bodies and all, passes the robots.txt, tdmrep.json and probe filter: it
+    takes the fetcher's width, so it runs in each fetch subtask's worker."""
+    nodes = _plan(tmp_path, flink_connector_jar, "job.fetch_parallelism=2")
+    by_id = {node["id"]: node for node in nodes}
+    preflight = _named(nodes, "robots events")
+    assert preflight["parallelism"] == _named(nodes, "fetch")["parallelism"] == 2
+    assert [(by_id[edge["id"]]["contents"].split(",")[0], edge["ship_strategy"])
+            for edge in preflight["predecessors"]] == [("fetch", "FORWARD")]
+
+
 def test_parse_runs_at_the_jobs_parallelism_by_default(tmp_path: Path, flink_connector_jar: Path) -> None:
     nodes = _plan(tmp_path, flink_connector_jar)
     assert _named(nodes, "parse")["parallelism"] == 1 and _named(nodes, "dedup probe")["parallelism"] == 1

@@ -582,3 +582,10 @@ def test_a_discovered_batch_with_malformed_url_entries_keeps_only_their_well_for
     batch = {"type": "discovered", "host": "a.test", "urls": [{"url": "u", "fp": 1}, "http://a.test/", None, {"fp": 2}]}
     assert cb.slim_frontier_event(batch)["urls"] == [{"fp": 1}, {"fp": 2}]
     assert cb.slim_frontier_event({"type": "discovered", "urls": {"url": "x"}})["urls"] == []
+
+
+def test_a_sampled_name_sums_the_cpu_of_all_its_processes():
+    """Every TaskManager of a stack counts as the crawler's, not only the first."""
+    one = cb.Sampler({"tm": os.getpid()}, lambda: (None, {}, {})).take().cpu_s["tm"]
+    two = cb.Sampler({"tm": [os.getpid(), None, os.getpid()], "gone": [None]}, lambda: (None, {}, {})).take()
+    assert set(two.cpu_s) == {"tm"} and two.cpu_s["tm"] >= 2 * one * 0.99
