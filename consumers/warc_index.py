@@ -66,22 +66,20 @@ def resolve_not_modified(lines: list[str], refers_to: RefersTo | None = None) ->
     offset, length), and keeps its own record as `revisit.filename`, `revisit.offset` and
     `revisit.length`. A revisit whose capture is not in the index (another crawl's, retired, taken
     down) stays as it is."""
+    parsed = [_parsed(line) for line in lines]
+    captures = {(key, timestamp, fields["digest"]): fields for _, key, timestamp, fields in parsed
+                if fields is not None and _stands_for_a_page(fields)} if refers_to is not None else {}
     responses: dict[tuple[str, str], dict] = {}     # (key, digest) → fields of the latest response line
     revisits: dict[tuple[str, str], dict] = {}      # ... and of the latest 2xx identical-payload revisit
-    captures = _full_captures(lines) if refers_to is not None else {}
     resolved_lines, resolved = [], 0
-    for line in lines:
-        key, timestamp, body = line.split(" ", 2)
-        try:
-            fields = json.loads(body)
-        except ValueError:
+    for line, key, timestamp, fields in parsed:
+        if fields is None:
             resolved_lines.append(line)
             continue
         digest = fields.get("digest")
-        status = str(fields.get("status", ""))
         revisit = fields.get("mime") == "warc/revisit"
         original = None
-        if revisit and status == "304" and digest:
+        if revisit and str(fields.get("status", "")) == "304" and digest:
             named = refers_to(fields) if refers_to is not None else None
             original = captures.get((*named, digest)) if named is not None else None
             original = original or responses.get((key, digest)) or revisits.get((key, digest))
@@ -92,26 +90,26 @@ def resolve_not_modified(lines: list[str], refers_to: RefersTo | None = None) ->
             resolved_lines.append(f"{key} {timestamp} {json.dumps(pointed)}")
             resolved += 1
             continue
-        if digest and not status.startswith("3"):
+        if _stands_for_a_page(fields):
             (revisits if revisit else responses)[(key, digest)] = fields
         resolved_lines.append(line)
     return resolved_lines, resolved
 
 
-def _full_captures(lines: list[str]) -> dict[tuple[str, str, str], dict]:
-    """(key, timestamp, digest) → fields of every response and 2xx revisit line. A revisit's record may
-    name a capture of another URL (a recrawl refers to the full capture its URL's last fetch was a
-    duplicate of), whose key sorts after its own, so the whole index is read before any is resolved."""
-    captures = {}
-    for line in lines:
-        key, timestamp, body = line.split(" ", 2)
-        try:
-            fields = json.loads(body)
-        except ValueError:
-            continue
-        if fields.get("digest") and not str(fields.get("status", "")).startswith("3"):
-            captures[(key, timestamp, fields["digest"])] = fields
-    return captures
+def _parsed(line: str) -> tuple[str, str, str, dict | None]:
+    """(line, key, timestamp, its JSON fields or None where they do not parse)."""
+    key, timestamp, body = line.split(" ", 2)
+    try:
+        return line, key, timestamp, json.loads(body)
+    except ValueError:
+        return line, key, timestamp, None
+
+
+def _stands_for_a_page(fields: dict) -> bool:
+    """Whether a 304 revisit may be pointed at this line: one with a digest that is not a 3xx. The
+    capture a revisit's record names may be another URL's, whose key sorts after its own, so those of
+    the whole index are collected before any revisit is resolved."""
+    return bool(fields.get("digest")) and not str(fields.get("status", "")).startswith("3")
 
 
 def record_refers_to(root: Root) -> RefersTo:

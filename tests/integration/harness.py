@@ -24,7 +24,7 @@ from pyflink.datastream import DataStream, StreamExecutionEnvironment
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 
 from bus import kafka_io
-from crawler.crawl import records_since, seed_events
+from crawler.crawl import metric_queries, records_since, seed_events
 from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source, python_worker_settings
 from synthweb import SyntheticWebProcess, WebPolicy, load_log
 from synthweb.model import policy_to_dict
@@ -252,8 +252,8 @@ def read_metrics(rest: str, groups: tuple[str, ...]) -> dict[str, float]:
         # ours are snake_case under our groups; Flink's own (numRecordsIn ...) are camelCase
         ids = [m["id"] for m in rest_get(rest, base)
                if m["id"].split(".")[-2] in groups and m["id"].split(".")[-1].islower()]
-        for start in range(0, len(ids), 40):   # the query string stays short
-            for metric in rest_get(rest, base + "?get=" + ",".join(ids[start:start + 40])):
+        for query in metric_queries(base, ids):   # request lines Flink's REST server accepts
+            for metric in rest_get(rest, query):
                 parts = metric["id"].split(".")
                 values[f"{parts[-2]}.{parts[-1]}"] += float(metric["value"])
     return dict(values)
