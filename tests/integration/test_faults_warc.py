@@ -219,7 +219,11 @@ def test_a_full_disk_publishes_the_captures_already_written_and_ends_the_rest_no
                 pages.append(event)
             elif event.get("type") == "completion":
                 found[event["lease_id"]] = event
-        metrics = read_metrics(f"http://127.0.0.1:{rest_port}", ("warc",))
+        # A Python worker reports its metrics when a bundle ends and the REST server caches them
+        # (300 ms here): the counters of the last captures arrive a moment after their completions.
+        lost = sum(event["fetch_status"] == "not_archived" for event in found.values())
+        metrics = wait_for(lambda: (m := read_metrics(f"http://127.0.0.1:{rest_port}", ("warc",)))
+                           .get("warc.lost_captures") == lost and m, 30, "the writer's loss counters")
         job = rest_get(f"http://127.0.0.1:{rest_port}", "/jobs")["jobs"][0]["id"]
         history = rest_get(f"http://127.0.0.1:{rest_port}", f"/jobs/{job}/exceptions")
     statuses = [found[lease]["fetch_status"] for lease in leases]
