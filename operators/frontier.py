@@ -23,6 +23,7 @@ from pyflink.datastream.state import MapStateDescriptor, ValueStateDescriptor
 
 from operators.census import CENSUS_TAG
 from operators.context import subtask_index
+from operators.counts import BatchedCounts
 from operators.cpu import THREAD_CPU, THREAD_NICE, lower_thread_priority, thread_cpu_ms, thread_nice
 from operators.frontier_config import HostFrontierConfig
 from operators.frontier_gauges import BUDGET_GAUGES, GAUGES, FrontierGauges, budget_level
@@ -123,8 +124,8 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         urls = runtime_context.get_map_state(MapStateDescriptor("frontier_urls", Types.LONG(), Types.STRING()))
         due = runtime_context.get_map_state(MapStateDescriptor("frontier_due", Types.LONG(), Types.STRING()))
         group = runtime_context.get_metrics_group().add_group("frontier")
-        counters = {name: group.counter(name) for name in METRICS}
-        self.count = lambda name: counters[name].inc()
+        self.counts = BatchedCounts(group, METRICS)
+        self.count = self.counts.count
         self.controls, self._started = ControlTable(self.control.max_takedown_patterns), False
         # Every subtask refuses the same control records (one table, one order); one of them reports it.
         self._reports_refusals = subtask_index(runtime_context) == 0
@@ -164,6 +165,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         self._start_run(ctx)
         now_ms = ctx.timer_service().current_processing_time()
         effects = self.frontier.on_event(ctx.get_current_key(), value, now_ms / 1000.0)
+        self.counts.flush()
         self.levels.refresh(now_ms / 1000.0)
         yield from self._emit(effects, ctx)
 
@@ -173,6 +175,7 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
         if refused is not None:   # a takedown pattern over the cap (decision 3731)
             if self._reports_refusals:
                 self.count("controls_rejected")
+                self.counts.flush()
                 yield FRONTIER_EVENTS_TAG, refused_status(refused, value)
             return
         state = ctx.get_broadcast_state(CONTROL_STATE)
@@ -180,11 +183,13 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
             state.put(key, row)
             self.controls.apply_row(key, row)
         self.count("controls_applied")
+        self.counts.flush()
 
     def on_timer(self, timestamp: int, ctx: KeyedBroadcastProcessFunction.OnTimerContext):
         self._start_run(ctx)
         now_ms = ctx.timer_service().current_processing_time()
         effects = self.frontier.on_timer(ctx.get_current_key(), timestamp, max(now_ms, timestamp) / 1000.0)
+        self.counts.flush()
         self.levels.refresh(now_ms / 1000.0)
         yield from self._emit(effects, ctx)
 
