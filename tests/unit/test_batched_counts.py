@@ -4,23 +4,7 @@ from __future__ import annotations
 import pytest
 
 from operators.counts import BatchedCounts
-
-
-class Counter:
-    def __init__(self) -> None:
-        self.count, self.calls = 0, 0
-
-    def inc(self, n: int = 1) -> None:
-        self.count += n
-        self.calls += 1
-
-
-class Group:
-    def __init__(self) -> None:
-        self.counters: dict[str, Counter] = {}
-
-    def counter(self, name: str) -> Counter:
-        return self.counters.setdefault(name, Counter())
+from tests.metric_stand_ins import Group
 
 
 def test_counts_reach_the_counters_only_at_a_flush_one_call_per_name() -> None:

@@ -2,25 +2,7 @@
 from __future__ import annotations
 
 from operators.levels import LEVEL_LIMIT, Levels
-
-
-class Counter:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def inc(self, n: int = 1) -> None:
-        self.count += n
-
-    def dec(self, n: int = 1) -> None:
-        self.count -= n
-
-
-class Group:
-    def __init__(self) -> None:
-        self.counters: dict[str, Counter] = {}
-
-    def counter(self, name: str) -> Counter:
-        return self.counters.setdefault(name, Counter())
+from tests.metric_stand_ins import Group
 
 
 def test_each_counter_count_equals_the_level_after_a_refresh_up_and_down():
