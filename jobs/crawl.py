@@ -9,6 +9,8 @@ to `crawl.frontier`, and the ends of leases (completions, the fetcher's robots.t
 results) to `crawl.outcomes`, both keyed by host. Two topics, read by two sources, so that a backlog of
 discoveries never holds back the end of a lease (decision 1610). The fetcher is keyed by server
 address and keeps the per-address limit itself (decision 1612).
+With `job.gather_discoveries_ms`, each host's `crawl.frontier` records reach the frontier gathered
+over a short window, one element per host (decision 3914).
 Operator commands on `crawl.control` are validated and broadcast to every frontier subtask. The stages
 from the fetcher to the WARC writer are built in jobs/stages.py.
 """
@@ -40,6 +42,7 @@ from pyflink.table.expressions import col
 from bus.retention_gap import commit_offsets, start_offsets
 from jobs import stages
 from operators.census import CENSUS_TAG, attach_census
+from operators.discovery_gather import gathered_by_host
 from operators.frontier import FRONTIER_EVENTS_TAG, FrontierFunction, attach_frontier, broadcast_controls
 from operators.keyed_union import keyed_row, keyed_row_type, keyed_union
 from operators.python_mode import set_python_mode
@@ -105,6 +108,22 @@ class DecodeEvents(FlatMapFunction):
                    "topic": self.topic, "type": self.reject_type}
 
 
+class DecodeGathered(DecodeEvents):
+    """Rows of one host's raw crawl.frontier values gathered over a window (operators.discovery_gather) →
+    one item of the valid events together, and a reject for each malformed value."""
+
+    def flat_map(self, value: Row) -> Iterator[dict[str, Any]]:
+        events = []
+        for raw in value[1] or ():
+            for item in super().flat_map(raw):
+                if item["kind"] == "event":
+                    events.append(item["event"])
+                else:
+                    yield item
+        if events:
+            yield {"kind": "events", "events": events}
+
+
 class DecodeOutcomes(DecodeEvents):
     """Raw crawl.outcomes values → event dicts (the same schema; a reject names this topic)."""
 
@@ -134,7 +153,13 @@ def _valid_events(item: dict[str, Any]) -> list[dict[str, Any]]:
 def _frontier_events(item: dict[str, Any]) -> list[Row]:
     """Events for the frontier, keyed by host where they are decoded (operators.keyed_union, decision 1833):
     all valid ones but `ip_done`, which this job never writes (the fetcher keeps the per-address limit);
-    a topic may still hold some that another job wrote."""
+    a topic may still hold some that another job wrote. Gathered events go as one list per host."""
+    if item["kind"] == "events":
+        by_host: dict[str, list[dict[str, Any]]] = {}
+        for event in item["events"]:
+            if event["type"] != "ip_done":
+                by_host.setdefault(event["host"], []).append(event)
+        return [keyed_row(host, events) for host, events in by_host.items()]
     if item["kind"] != "event" or item["event"]["type"] == "ip_done":
         return []
     return [keyed_row(item["event"]["host"], item["event"])]
@@ -156,8 +181,11 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
     # `python_mode` (operators/python_mode.py): thread. The stages that need Python workers scope
     # `process` mode around their own operators (jobs/stages.py).
     set_python_mode(env, "thread")
-    decoded = (sources.frontier(env)
-               .flat_map(DecodeEvents(), output_type=EVENT_TYPE).uid("decode-events").name("decode events"))
+    frontier_records, decoder = sources.frontier(env), DecodeEvents()
+    if job.gather_discoveries_ms:   # each host's records of a window as one element (decision 3914)
+        frontier_records = gathered_by_host(frontier_records, job.gather_discoveries_ms)
+        decoder = DecodeGathered()
+    decoded = frontier_records.flat_map(decoder, output_type=EVENT_TYPE).uid("decode-events").name("decode events")
     # A second source, so the frontier's input alternates between the topics: the ends of leases wait
     # behind a few buffers of discoveries at most, never behind the topic's backlog.
     outcomes = (sources.outcomes(env)

@@ -1,5 +1,6 @@
 """The frontier operator: one KeyedBroadcastProcessFunction keyed by host (udfs.urls.host_key) that turns
 decoded `crawl.frontier` and `crawl.outcomes` events into `FetchRequest` dicts, one lease per host at a time.
+An element is one event, or a list of one host's events gathered over a window (decision 3914).
 
 This is the Flink shell: state descriptors, metrics, the clock, timers and the broadcast control table.
 Each event and timer is delegated to `HostFrontier` (operators.host_frontier), which applies it to the
@@ -161,10 +162,13 @@ class FrontierFunction(KeyedBroadcastProcessFunction):
                       + (BUDGET_GAUGES if budget is not None else ()) + LEASE_TRIP_GAUGES
                       + (THREAD_CPU, THREAD_NICE), level)
 
-    def process_element(self, value: dict[str, Any], ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
+    def process_element(self, value: dict[str, Any] | list[dict[str, Any]],
+                        ctx: KeyedBroadcastProcessFunction.ReadOnlyContext):
+        """One event, or a list of the host's events gathered over a window (decision 3914)."""
         self._start_run(ctx)
         now_ms = ctx.timer_service().current_processing_time()
-        effects = self.frontier.on_event(ctx.get_current_key(), value, now_ms / 1000.0)
+        events = value if isinstance(value, list) else (value,)
+        effects = self.frontier.on_events(ctx.get_current_key(), events, now_ms / 1000.0)
         self.counts.flush()
         self.levels.refresh(now_ms / 1000.0)
         yield from self._emit(effects, ctx)

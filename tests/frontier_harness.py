@@ -65,6 +65,13 @@ class PrefixRules:
         return None
 
 
+def discovered(*paths: str, priority: int = 5) -> dict:
+    """A discovered batch of the host's `paths`."""
+    urls = [{"url": f"http://{HOST}{p}", "fp": url_fp(f"http://{HOST}{p}"), "depth": 1, "priority": priority,
+             "source": "link"} for p in paths]
+    return {"v": 1, "type": "discovered", "host": HOST, "urls": urls}
+
+
 class Harness:
     """One host's frontier with its state, timer and clock simulated."""
 
@@ -127,10 +134,12 @@ class Harness:
     def event(self, event: dict) -> list[dict]:
         return self._apply(self.frontier.on_event(HOST, event, self.now))
 
+    def gathered(self, *events: dict) -> list[dict]:
+        """The host's events as one element, as discoveries gathered over a window arrive (decision 3914)."""
+        return self._apply(self.frontier.on_events(HOST, list(events), self.now))
+
     def discover(self, *paths: str, priority: int = 5) -> list[dict]:
-        urls = [{"url": f"http://{HOST}{p}", "fp": url_fp(f"http://{HOST}{p}"), "depth": 1, "priority": priority,
-                 "source": "link"} for p in paths]
-        return self.event({"v": 1, "type": "discovered", "host": HOST, "urls": urls})
+        return self.event(discovered(*paths, priority=priority))
 
     def advance(self, seconds: float) -> list[dict]:
         """Move the clock, firing due timers in order as Flink would."""

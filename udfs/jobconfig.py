@@ -70,6 +70,14 @@ class JobPolicy:
     kafka_batch_bytes: int = 256 * 1024
     kafka_fetch_min_bytes: int = 64 * 1024
     kafka_fetch_max_wait_ms: int = 100
+    # The crawl.frontier records of one host gathered over this many milliseconds, in Flink's own
+    # operators, reach the frontier as one element (0, the default: each record is an element). The
+    # frontier pays about 150 µs an element besides its URLs' cost, and a page's discoveries for a host
+    # hold about 3 URLs: gathered (500 measured), the frontier judges each URL in about two thirds of
+    # the CPU and keeps up with the discoveries of a link-heavy crawl. Off by default because it moves
+    # the generated ids of the Kafka sink's operators: a savepoint taken without it restores with it
+    # only with --allow-non-restored-state (decision 3914). The topic's records are unchanged.
+    gather_discoveries_ms: int = 0
 
     @property
     def slots(self) -> int:
@@ -99,6 +107,9 @@ class JobPolicy:
         for name in ("kafka_batch_bytes", "kafka_fetch_min_bytes"):
             if not 1 <= getattr(self, name) <= 16 << 20:
                 raise ValueError(f"{name} must be a number of bytes in [1, 16 MiB], got {getattr(self, name)}")
+        gather = self.gather_discoveries_ms
+        if isinstance(gather, bool) or not isinstance(gather, int) or not 0 <= gather <= 60_000:
+            raise ValueError(f"gather_discoveries_ms must be a number of milliseconds in [0, 60000], got {gather!r}")
         nice = self.frontier_nice
         if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
             raise ValueError(f"frontier_nice must be an integer in [0, 19], got {nice!r}")

@@ -80,6 +80,29 @@ def test_lease_ends_and_discoveries_reach_the_frontier_on_edges_of_their_own(tmp
                 and any(by_id[edge["id"]]["contents"].startswith("valid") for edge in node["predecessors"])]
 
 
+def test_gathered_discoveries_pass_a_window_keyed_by_host_between_the_frontier_source_and_the_decoder(
+        tmp_path: Path, flink_connector_jar: Path) -> None:
+    """Decision 3914: with `job.gather_discoveries_ms` the decoder reads the window's rows, not the source;
+    off (the default), it reads the source as before, and the uids do not change either way."""
+    def upstream_of_decoder(*settings: str) -> list[str]:
+        """What feeds the decoder, nearest first, up to the first node fed by none."""
+        nodes = _plan(tmp_path, flink_connector_jar, *settings)
+        by_id = {node["id"]: node for node in nodes}
+        node, found = _named(nodes, "decode events"), []
+        while node.get("predecessors"):
+            (edge,) = node["predecessors"]
+            node = by_id[edge["id"]]
+            found.append(node["contents"])
+        return found
+
+    gathered = upstream_of_decoder("job.gather_discoveries_ms=500")
+    assert gathered[-1] == "Source: crawl.frontier" and any(
+        "Window" in step and "ARRAY_AGG" in step for step in gathered), gathered
+    assert upstream_of_decoder() == ["Source: crawl.frontier"]
+    assert _operators(_built(tmp_path, flink_connector_jar, "job.gather_discoveries_ms=500")) == _operators(
+        _built(tmp_path, flink_connector_jar))
+
+
 def test_network_buffers_wait_at_most_the_jobs_buffer_timeout(tmp_path: Path, flink_connector_jar: Path) -> None:
     """Decision 1835: the job sets Flink's buffer timeout itself (`job.buffer_timeout_ms`), whatever the cluster says."""
     assert _built(tmp_path, flink_connector_jar).get_buffer_timeout() == 100

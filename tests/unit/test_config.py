@@ -38,6 +38,8 @@ def test_toml_and_set_override_defaults_and_set_wins():
     ("", ["job.kafka_fetch_max_wait_ms=60000"], "kafka_fetch_max_wait_ms must be a number of milliseconds"),
     ("", ["job.kafka_batch_bytes=0"], "kafka_batch_bytes must be a number of bytes in [1, 16 MiB], got 0"),
     ("", ["job.kafka_fetch_min_bytes=0"], "kafka_fetch_min_bytes must be a number of bytes in [1, 16 MiB]"),
+    ("", ["job.gather_discoveries_ms=-1"], "gather_discoveries_ms must be a number of milliseconds in [0, 60000], got -1"),
+    ("", ["job.gather_discoveries_ms=60001"], "gather_discoveries_ms must be a number of milliseconds in [0, 60000]"),
     ("", ["novalue"], "expected SECTION.KEY=VALUE"),
     ("[politeness\n", [], "not valid TOML"),
     ("x = 1\n", [], "must be a [section] table"),

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from operators.host_frontier import HostFrontier
-from tests.frontier_harness import HOST, T0, Harness, Map, PrefixRules, Value
+from tests.frontier_harness import HOST, T0, Harness, Map, PrefixRules, Value, discovered
 from udfs.frontier.policy import FrontierPolicy
 from udfs.frontier.rows import Lease, UrlRecord, UrlStatus, signed_fp
 from udfs.frontier.release import timer_ms
@@ -30,6 +30,21 @@ def test_robots_first_then_one_page_at_a_time_with_the_delay():
     (page,) = h.advance(1)
     assert page["kind"] == "page" and page["url"].endswith("/a")
     assert h.advance(29) == []  # one lease in flight: nothing more until it ends or expires
+
+
+def test_gathered_discoveries_queue_what_one_by_one_would_and_lease_once():
+    batches = [("/a", "/b"), ("/b", "/c"), ("/private/x", "/d")]
+    one_by_one, gathered = Harness(), Harness()
+    sent = [request for paths in batches for request in one_by_one.discover(*paths)]
+    together = gathered.gathered(*(discovered(*paths) for paths in batches))
+    assert [r["kind"] for r in together] == [r["kind"] for r in sent] == ["robots"]
+    assert gathered.slots == one_by_one.slots and gathered.urls == one_by_one.urls
+    assert gathered.counts == one_by_one.counts and gathered.counts["admitted"] == 5
+    for h in (one_by_one, gathered):
+        (robots,) = h.sent[-1:]
+        h.robots(robots[1], body=b"")
+    pages = [[r["url"] for r in h.advance(1)] for h in (one_by_one, gathered)]
+    assert pages[0] == pages[1] == [f"http://{HOST}/a"]
 
 
 def test_release_waits_for_the_gap_after_robots_and_after_each_completion():
