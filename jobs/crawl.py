@@ -155,6 +155,8 @@ def _frontier_events(item: dict[str, Any]) -> list[Row]:
     all valid ones but `ip_done`, which this job never writes (the fetcher keeps the per-address limit);
     a topic may still hold some that another job wrote. Gathered events go as one list per host."""
     if item["kind"] == "events":
+        # Keyed again by each event's own host: the window grouped the raw text by what Flink's JSON
+        # reader took for its host, and the frontier's key must be the host the decoder read.
         by_host: dict[str, list[dict[str, Any]]] = {}
         for event in item["events"]:
             if event["type"] != "ip_done":
