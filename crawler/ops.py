@@ -156,6 +156,20 @@ def run_command(flink: Path, args: Sequence[str], savepoint: str, *, python: str
     return [*command, "-py", str(job_file), "--pyExecutable", python, *args]
 
 
+def unmapped_state_hint(output: str) -> str:
+    """What to do when Flink refused a savepoint holding state of an operator the new job lacks ("" for
+    any other failure): a savepoint of a release before every operator had a uid (decision 3915)
+    restores once with --allow-non-restored-state, and any other such refusal means a stateful
+    operator's uid changed."""
+    if "Cannot map checkpoint/savepoint state" not in output:
+        return ""
+    return ("\nThe savepoint holds state of an operator the new job does not have. A savepoint of a release "
+            "before every operator had a uid (docs/decisions/3915) holds the Kafka sink's and PyFlink's "
+            "key-by maps' state under ids from their place in the graph, state that holds no URL: restore it "
+            "once with --allow-non-restored-state. Otherwise a stateful operator's uid changed: restore with "
+            "the code that took the savepoint.")
+
+
 def savepoint_of(output: str) -> str | None:
     """The savepoint path `flink stop` printed, or None."""
     found = _SAVEPOINT.search(output)
@@ -207,7 +221,8 @@ def upgrade(cluster: FlinkCluster, *, job_id: str | None = None, overrides: Sequ
     if started.returncode != 0 or new is None:
         raise UpgradeError(f"job {old} is stopped and its state is in {savepoint}, but the new job did not start "
                            f"(flink run exit {started.returncode}); fix the cause and run by hand:\n"
-                           f"  {' '.join(run)}\n{(started.stdout + started.stderr)[-2000:]}")
+                           f"  {' '.join(run)}\n{(started.stdout + started.stderr)[-2000:]}"
+                           f"{unmapped_state_hint(started.stdout + started.stderr)}")
     progress(f"new job: {new}")
     return Upgrade(old_job=old, savepoint=savepoint, new_job=new)
 
@@ -244,7 +259,8 @@ def restore(cluster: FlinkCluster, path: str, args: Sequence[str], *, accept_ret
     new = job_id_of(started.stdout + started.stderr)
     if started.returncode != 0 or new is None:
         raise UpgradeError(f"the job did not start from {path} (flink run exit {started.returncode}):\n"
-                           f"  {' '.join(run)}\n{(started.stdout + started.stderr)[-2000:]}")
+                           f"  {' '.join(run)}\n{(started.stdout + started.stderr)[-2000:]}"
+                           f"{unmapped_state_hint(started.stdout + started.stderr)}")
     progress(f"new job: {new}")
     return new
 

@@ -47,6 +47,7 @@ from operators.frontier import FRONTIER_EVENTS_TAG, FrontierFunction, attach_fro
 from operators.keyed_union import keyed_row, keyed_row_type, keyed_union
 from operators.python_mode import set_python_mode
 from operators.retention_gap import RetentionGapCheck, restore_path
+from operators.stable_uids import pin_remaining_uids, pin_uids, transformations_of
 from operators.warc_writer import EVENT_TYPE as TRIPLE_TYPE
 from udfs.config import CrawlConfig, ConfigError, load_config
 from udfs.control import parse_control
@@ -242,6 +243,9 @@ def build_pipeline(env: StreamExecutionEnvironment, sources: Sources, sinks: Sin
                                   user_agent=config.fetch.user_agent)
 
     sinks.emit(env, preflight.union(archived).union(rejects, for_other_hosts, *census))
+    # PyFlink's own key-by and side-output maps get uids too: an operator without one is known by its
+    # place in the graph, which any change before it moves (decision 3915).
+    pin_remaining_uids(env)
 
 
 def control_stream(env: StreamExecutionEnvironment, sources: Sources) -> DataStream:
@@ -333,7 +337,11 @@ def kafka_sinks(bootstrap: str, topics: Sequence[str] = OUTPUT_TOPICS, job: JobP
         rows = t_env.from_data_stream(triples, col("topic"), col("k"), col("v"))
         statements = t_env.create_statement_set()
         statements.add_insert("sink_kafka", rows.select(col("k"), col("v"), col("topic")))
+        ends_before = len(transformations_of(env))
         statements.attach_as_datastream()
+        # The sink's writer and committer hold state: uids of their own, not ids from their place in
+        # the graph (decision 3915).
+        pin_uids(transformations_of(env)[ends_before:], [triples], "kafka-sink")
 
     return Sinks(emit=emit)
 

@@ -10,9 +10,11 @@ The records are grouped by their JSON `host` field with Flink SQL (a tumbling wi
 `ARRAY_AGG` of the raw text), so nothing is parsed in Python before the window: the JVM carries each
 record once more, the frontier's interpreter handles one element a host and window. The window's
 contents are keyed state, checkpointed with the source's offsets: a failure replays or restores them,
-it loses none. A record that is not JSON, or has no host, is grouped with its like under a null host
-and rejected by the decoder as before. At the end of a bounded input a window that has not ended
-does not fire: gathering is for the unbounded Kafka source of a running crawl.
+it loses none. The window's operators have uids of their own (`gather-discoveries...`), so its state
+restores whatever else changes in the graph. A record that is not JSON, or has no host, is grouped
+with its like under a null host and rejected by the decoder as before. At the end of a bounded input
+a window that has not ended does not fire: gathering is for the unbounded Kafka source of a running
+crawl.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import itertools
 
 from pyflink.datastream import DataStream
 from pyflink.table import DataTypes, Schema, StreamTableEnvironment
+
+from operators.stable_uids import pin_uids
 
 _views = itertools.count()
 
@@ -44,4 +48,7 @@ def gathered_by_host(raw: DataStream, window_ms: int) -> DataStream:
         f"SELECT host, ARRAY_AGG(record) AS records "
         f"FROM TABLE(TUMBLE(TABLE {name}_hosted, DESCRIPTOR(arrived), INTERVAL '{seconds}' SECOND)) "
         f"GROUP BY window_start, window_end, host")
-    return t_env.to_data_stream(gathered)
+    out = t_env.to_data_stream(gathered)
+    # The window's contents are state: its operators get uids of their own (decision 3915).
+    pin_uids([out._j_data_stream.getTransformation()], [raw], "gather-discoveries")
+    return out

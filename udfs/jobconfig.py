@@ -71,13 +71,11 @@ class JobPolicy:
     kafka_fetch_min_bytes: int = 64 * 1024
     kafka_fetch_max_wait_ms: int = 100
     # The crawl.frontier records of one host gathered over this many milliseconds, in Flink's own
-    # operators, reach the frontier as one element (0, the default: each record is an element). The
-    # frontier pays about 150 µs an element besides its URLs' cost, and a page's discoveries for a host
-    # hold about 3 URLs: gathered (500 measured), the frontier judges each URL in about two thirds of
-    # the CPU and keeps up with the discoveries of a link-heavy crawl. Off by default because it moves
-    # the generated ids of the Kafka sink's operators: a savepoint taken without it restores with it
-    # only with --allow-non-restored-state (decision 3914). The topic's records are unchanged.
-    gather_discoveries_ms: int = 0
+    # operators, reach the frontier as one element (0: each record is an element). The frontier pays
+    # about 150 µs an element besides its URLs' cost, and a page's discoveries for a host hold about 3
+    # URLs: gathered over 500 ms, the frontier judges each URL in about two thirds of the CPU and keeps
+    # up with the discoveries of a link-heavy crawl (decision 3914). The topic's records are unchanged.
+    gather_discoveries_ms: int = 500
 
     @property
     def slots(self) -> int:

@@ -3,6 +3,7 @@ which Python execution mode, and which edges shuffle records."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,8 @@ def test_lease_ends_and_discoveries_reach_the_frontier_on_edges_of_their_own(tmp
 
 def test_gathered_discoveries_pass_a_window_keyed_by_host_between_the_frontier_source_and_the_decoder(
         tmp_path: Path, flink_connector_jar: Path) -> None:
-    """Decision 3914: with `job.gather_discoveries_ms` the decoder reads the window's rows, not the source;
-    off (the default), it reads the source as before, and the uids do not change either way."""
+    """Decision 3914: with `job.gather_discoveries_ms` (500 ms by default) the decoder reads the window's rows, not the source;
+    off, it reads the source as before, and every other operator keeps its uid either way."""
     def upstream_of_decoder(*settings: str) -> list[str]:
         """What feeds the decoder, nearest first, up to the first node fed by none."""
         nodes = _plan(tmp_path, flink_connector_jar, *settings)
@@ -98,9 +99,10 @@ def test_gathered_discoveries_pass_a_window_keyed_by_host_between_the_frontier_s
     gathered = upstream_of_decoder("job.gather_discoveries_ms=500")
     assert gathered[-1] == "Source: crawl.frontier" and any(
         "Window" in step and "ARRAY_AGG" in step for step in gathered), gathered
-    assert upstream_of_decoder() == ["Source: crawl.frontier"]
-    assert _operators(_built(tmp_path, flink_connector_jar, "job.gather_discoveries_ms=500")) == _operators(
-        _built(tmp_path, flink_connector_jar))
+    assert upstream_of_decoder("job.gather_discoveries_ms=0") == ["Source: crawl.frontier"]
+    gathered_uids = _operators(_built(tmp_path, flink_connector_jar, "job.gather_discoveries_ms=500"))
+    assert {uid: found for uid, found in gathered_uids.items() if not uid.startswith("gather-discoveries")} \
+        == _operators(_built(tmp_path, flink_connector_jar, "job.gather_discoveries_ms=0"))
 
 
 def test_network_buffers_wait_at_most_the_jobs_buffer_timeout(tmp_path: Path, flink_connector_jar: Path) -> None:
@@ -123,7 +125,7 @@ def test_checkpoints_stay_aligned_when_the_cluster_asks_for_unaligned_ones(tmp_p
 def _operators(env: StreamExecutionEnvironment) -> dict[str, tuple[str, str | None, str]]:
     """uid → (name, Python execution mode or None for a Java operator, slot sharing group) of every
     operator with a uid, as the graph runs (PyFlink's fused operators keep the first one's uid), and
-    under "" the sorted (mode, slot group) of the Python operators without one (key and side-output maps)."""
+    under "" the sorted (mode, slot group) of the Python operators without one."""
     found: dict[str, Any] = {"": []}
     graph = env._generate_stream_graph(False)
     for node in graph.getStreamNodes().toArray():
@@ -135,7 +137,9 @@ def _operators(env: StreamExecutionEnvironment) -> dict[str, tuple[str, str | No
                 else "process" if kind.startswith("ExternalPython") else None)
         uid, group = node.getTransformationUID(), node.getSlotSharingGroup()
         if uid is not None:
-            found[uid] = (node.getOperatorName().split(",")[0], mode, group)
+            # The Table API's names carry numbers ("Calc[32]", "source$19") that count every query
+            # planned in the JVM so far.
+            found[uid] = (re.sub(r"\[\d+\]|\$\d+", "", node.getOperatorName().split(",")[0]), mode, group)
         elif mode is not None:
             found[""].append((mode, group))
     found[""].sort()
@@ -165,6 +169,28 @@ _FRONT_OPERATORS = {
     "parse": ("parse", "process", "parse"),
     "warc-writer-joined": ("warc writer", "process", "writer"),
 }
+# Each host's crawl.frontier records gathered over a window (decision 3914), as Flink SQL plans it.
+_GATHER_OPERATORS = {
+    "gather-discoveries-4": ("*anonymous_datastream_source*", None, "default"),
+    "gather-discoveries-3": ("Calc", None, "default"),
+    "gather-discoveries-2": ("WindowAggregate", None, "default"),
+    "gather-discoveries-1": ("Calc", None, "default"),
+    "gather-discoveries": ("TableToDataStream", None, "default"),
+}
+# The Kafka sink's operators as the Table API plans them, with uids of their own (decision 3915).
+_SINK_OPERATORS = {
+    "kafka-sink-2": ("SourceConversion", None, "default"),
+    "kafka-sink-1": ("Calc", None, "default"),
+    "kafka-sink": ("sink_kafka: Writer", None, "default"),
+    "Sink Committer: kafka-sink": ("sink_kafka: Committer", None, "default"),
+}
+# The key-by and side-output maps PyFlink adds, named after the operator they read (decision 3915).
+_KEY_AND_SIDE_OPERATORS = {
+    "frontier:domain-census/Map": ("Map", "thread", "default"),      # census's side output, with its key
+    "frontier:frontier-events/Map": ("Map", "thread", "default"),    # events for other hosts' frontiers
+    "frontier/_stream_key_by_map_operator": ("_stream_key_by_map_operator", "process", "default"),  # fetch's key
+    "parse/_stream_key_by_map_operator": ("_stream_key_by_map_operator", "process", "parse"),  # the writer's key
+}
 _DEDUP_OPERATORS = {
     "dedup-probe": ("dedup probe", "process", "parse"),
     "dedup-exact": ("dedup exact", "thread", "parse"),
@@ -176,17 +202,16 @@ _DEDUP_OPERATORS = {
 
 def test_every_operator_keeps_its_uid_name_mode_and_slot_group(tmp_path: Path, flink_connector_jar: Path) -> None:
     env = _built(tmp_path, flink_connector_jar)
-    assert _operators(env) == {**_FRONT_OPERATORS, **_DEDUP_OPERATORS, "": sorted([
-        ("thread", "default"), ("thread", "default"),     # the frontier's side outputs (census's with its key)
-        ("process", "default"),                           # the fetcher's key, by server address
-        ("process", "parse"),                             # the writer's key for pages, by join key
-        ("thread", "parse")])}                            # the writer's key for verdicts, fused with the last band
+    assert _operators(env) == {**_FRONT_OPERATORS, **_GATHER_OPERATORS, **_SINK_OPERATORS, **_KEY_AND_SIDE_OPERATORS,
+                               **_DEDUP_OPERATORS, "dedup-settled/_stream_key_by_map_operator": (
+                                   "_stream_key_by_map_operator", "thread", "parse"),   # the writer's key for verdicts
+                               "": []}
     # The job-level mode at execute(): thread, which thread-mode operators need.
     assert Configuration(j_configuration=get_j_env_configuration(env._j_stream_execution_environment)) \
         .get_string("python.execution-mode", "") == "thread"
     without_dedup = _operators(_built(tmp_path, flink_connector_jar, "dedup.enabled=false"))
-    assert without_dedup == {**_FRONT_OPERATORS, "no-dedup": ("no dedup", "process", "parse"), "": sorted([
-        ("thread", "default"), ("thread", "default"), ("process", "default"), ("process", "parse")])}
+    assert without_dedup == {**_FRONT_OPERATORS, **_GATHER_OPERATORS, **_SINK_OPERATORS, **_KEY_AND_SIDE_OPERATORS,
+                             "no-dedup": ("no dedup", "process", "parse"), "": []}
 
 
 def test_python_mode_sets_the_mode_of_operators_added_inside_and_restores_the_one_before() -> None:
@@ -214,3 +239,33 @@ def test_python_mode_sets_the_mode_of_operators_added_inside_and_restores_the_on
     # The runtime is chosen as each operator is added: what was in force then, not at graph building.
     modes = {uid: found[1] for uid, found in _operators(env).items() if uid}
     assert modes == {"thread": "thread", "process": "process", "thread-again": "thread", "thread-set": "thread"}
+
+
+def _table_operators(env: StreamExecutionEnvironment) -> dict[str, str]:
+    """uid → name of every Java operator the Table API planned (no Python mode, not a Kafka source)."""
+    return {uid: found[0] for uid, found in _operators(env).items()
+            if uid and found[1] is None and not uid.endswith("-source")}
+
+
+def test_the_table_apis_stateful_operators_have_uids_that_do_not_move_with_the_graph(
+        tmp_path: Path, flink_connector_jar: Path) -> None:
+    """Decision 3915: the Kafka sink's writer and committer, and the gathering window's aggregate, have
+    uids of their own; adding the window before the frontier leaves the sink's uids as they were."""
+    plain = _table_operators(_built(tmp_path, flink_connector_jar, "job.gather_discoveries_ms=0"))
+    gathered = _table_operators(_built(tmp_path, flink_connector_jar, "job.gather_discoveries_ms=500"))
+    sink = {uid: name for uid, name in plain.items() if uid.startswith(("kafka-sink", "Sink Committer: kafka-sink"))}
+    assert sink == plain and "kafka-sink" in sink and "Sink Committer: kafka-sink" in sink, plain
+    assert {uid: name for uid, name in gathered.items() if uid in sink} == sink
+    window = {uid: name for uid, name in gathered.items() if uid not in sink}
+    assert window and all(uid.startswith("gather-discoveries") for uid in window), window
+    assert any("Window" in name for name in window.values()), window
+
+
+@pytest.mark.parametrize("settings", [(), ("dedup.enabled=false", "job.gather_discoveries_ms=0"),
+                                      ("budgets.enabled=false", "render.enabled=true")])
+def test_every_operator_has_a_uid_so_none_is_known_by_its_place_in_the_graph(
+        tmp_path: Path, flink_connector_jar: Path, settings: tuple[str, ...]) -> None:
+    graph = _built(tmp_path, flink_connector_jar, *settings)._generate_stream_graph(False)
+    nameless = [node.getOperatorName() for node in graph.getStreamNodes().toArray()
+                if node.getTransformationUID() is None]
+    assert not nameless, nameless

@@ -11,7 +11,8 @@ import pytest
 
 from crawler.cli import build_parser, main
 from crawler.ops import (JOB_ARGS_KEY, UpgradeError, check_job_config, failure_summary, job_args, job_id_of,
-                         rescale_overrides, run_command, running_crawl_job, savepoint_of, with_overrides)
+                         rescale_overrides, run_command, running_crawl_job, savepoint_of, unmapped_state_hint,
+                         with_overrides)
 from tests.integration.harness import free_port
 
 RUNNING = {"jid": "a" * 32, "name": "crawl run1", "state": "RUNNING"}
@@ -100,6 +101,14 @@ def test_run_command_restores_the_savepoint_with_flink_options_before_the_job_ar
 def test_non_restored_state_is_allowed_only_when_asked():
     command = run_command(Path("flink"), ARGS, "sp", allow_non_restored_state=True)
     assert command.index("--allowNonRestoredState") < command.index("-py")
+
+
+def test_a_refused_savepoint_of_an_operator_the_job_lacks_says_how_to_restore_it():
+    refused = ("Caused by: java.lang.IllegalStateException: Failed to rollback to checkpoint/savepoint file:/sp. "
+               "Cannot map checkpoint/savepoint state for operator 126a05bc26e9bafc7b81c66fb0c99721 to the new "
+               "program, because the operator is not available in the new program.")
+    assert "--allow-non-restored-state" in unmapped_state_hint(refused) and "3915" in unmapped_state_hint(refused)
+    assert unmapped_state_hint("java.net.ConnectException: Connection refused") == ""
 
 
 def test_savepoint_path_and_job_id_are_read_from_flink_output():
