@@ -589,3 +589,18 @@ def test_a_sampled_name_sums_the_cpu_of_all_its_processes():
     one = cb.Sampler({"tm": os.getpid()}, lambda: (None, {}, {})).take().cpu_s["tm"]
     two = cb.Sampler({"tm": [os.getpid(), None, os.getpid()], "gone": [None]}, lambda: (None, {}, {})).take()
     assert set(two.cpu_s) == {"tm"} and two.cpu_s["tm"] >= 2 * one * 0.99
+
+
+def test_a_fetched_urls_wait_splits_at_its_hosts_next_fetch_after_the_discovery() -> None:
+    discovered = [(10_000, {"type": "discovered", "host": "a", "urls": [{"fp": 1}, {"fp": 2}]}),
+                  (12_000, {"type": "discovered", "host": "a", "urls": [{"fp": 1}]})]
+    completions = [{"type": "completion", "host": "a", "fp": 9, "started_at": 5.0},    # a seed: no discovery
+                   {"type": "completion", "host": "a", "fp": 1, "started_at": 14.0},   # the host's next fetch
+                   {"type": "completion", "host": "a", "fp": 2, "started_at": 20.0},   # behind fp 1
+                   {"type": "lease_extended", "host": "a", "fp": 2}]
+    assert cb.discovery_waits(discovered, completions) == {"next_visit": [4.0, 4.0], "behind_older": [0.0, 6.0]}
+
+
+def test_the_ratio_target_is_4x_on_the_link_heavy_web_and_3x_on_the_lighter_profile() -> None:
+    assert cb.ratio_target(144.7) == 4.0 and cb.ratio_target(None) == 4.0
+    assert cb.ratio_target(48.9) == 3.0 and cb.ratio_target(50) == 3.0
