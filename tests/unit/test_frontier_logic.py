@@ -240,6 +240,25 @@ def test_pop_takes_highest_priority_first_then_fifo():
     assert state.queues == HostState().queues  # emptied queues restart at 0: counters stay bounded
 
 
+def test_newest_first_takes_highest_priority_first_then_the_last_found_and_keeps_the_range_whole():
+    state = admitted(HostState(), item("/low1", 9), item("/hi1", 0), item("/low2", 9), item("/hi2", 0))
+    state, slot = pop(state, newest_first=True)
+    assert slot == slot_key(0, 1) and state.queues[0] == (0, 1)
+    state = admitted(state, item("/hi3", 0))   # found after the pop: the next to go, in the slot after
+    order = [slot]
+    while state.queued:
+        state, slot = pop(state, newest_first=True)
+        order.append(slot)
+    assert order == [slot_key(0, 1), slot_key(0, 1), slot_key(0, 0), slot_key(9, 1), slot_key(9, 0)]
+    assert state.queues == HostState().queues
+
+
+def test_discovery_order_is_oldest_or_newest_first():
+    assert FrontierPolicy().discovery_order == "oldest_first"
+    with pytest.raises(ValueError, match="frontier.discovery_order must be one of oldest_first, newest_first"):
+        FrontierPolicy(discovery_order="random")
+
+
 # --- plan: robots first, one lease, next_allowed_at ---------------------------------------------
 
 

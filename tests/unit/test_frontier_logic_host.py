@@ -47,6 +47,19 @@ def test_gathered_discoveries_queue_what_one_by_one_would_and_lease_once():
     assert pages[0] == pages[1] == [f"http://{HOST}/a"]
 
 
+def test_newest_first_leases_the_url_found_last_first():
+    h = Harness(policy=FrontierPolicy(max_queue=8, lease_timeout_s=30, discovery_order="newest_first"))
+    (robots,) = h.discover("/a", "/b")
+    h.robots(robots)
+    h.discover("/c")
+    leased = []
+    for _ in range(3):
+        (page,) = h.advance(1)
+        leased.append(page["url"].rsplit("/", 1)[1])
+        h.complete(page)
+    assert leased == ["c", "b", "a"]
+
+
 def test_release_waits_for_the_gap_after_robots_and_after_each_completion():
     h = Harness(politeness=PolitenessPolicy(default_delay_s=2.0))
     (robots,) = h.discover("/a", "/b")

@@ -8,6 +8,7 @@ from udfs.netguard import DEFAULT_USER_AGENT
 
 
 MIN_DISCOVERY_LAG_S = 60.0      # the lowest brake limit: below it, a page's own trip would set the brake
+DISCOVERY_ORDERS = ("oldest_first", "newest_first")   # FrontierPolicy.discovery_order
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,10 @@ class FrontierPolicy:
         WARC writer's `lease_extend` events while its capture waits to be durable (an object-store
         outage): each one sets the deadline to `lease_timeout_s` from when it is read, never past this
         cap; later ones are ignored and counted (1 h; 0 ignores every extension; decision 3783).
+    discovery_order: which URL of a host's discovery queue (of one priority) goes first: `oldest_first`
+        (default), the order they were found in, so a host's shallow pages come before its deep ones;
+        or `newest_first`, the URL found last, so a crawl that publishes what sites link to now sees it
+        at the host's next fetch while older URLs wait (decision 3916). Recrawl tiers keep their order.
     """
 
     robots_agent: str = DEFAULT_USER_AGENT
@@ -83,6 +88,7 @@ class FrontierPolicy:
     max_parse_strikes: int = 3
     parse_strike_hold_s: float = 86_400.0
     max_lease_extension_s: float = 3_600.0
+    discovery_order: str = "oldest_first"
 
     @property
     def lease_budget_s(self) -> float:
@@ -116,6 +122,9 @@ class FrontierPolicy:
         if not math.isfinite(lag) or not (lag == 0 or lag >= MIN_DISCOVERY_LAG_S):
             raise ValueError(f"frontier.max_discovery_lag_s must be 0 (no brake) or a finite number of seconds "
                              f">= {MIN_DISCOVERY_LAG_S:g}, got {lag!r}")
+        if self.discovery_order not in DISCOVERY_ORDERS:
+            raise ValueError(f"frontier.discovery_order must be one of {', '.join(DISCOVERY_ORDERS)}, "
+                             f"got {self.discovery_order!r}")
         if self.due_bucket_s < 0.01:  # bucket times must leave room for the politeness timer between them
             raise ValueError(f"frontier.due_bucket_s must be at least 0.01, got {self.due_bucket_s!r}")
 

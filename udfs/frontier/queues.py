@@ -17,19 +17,24 @@ def push(state: HostState, item: QueueItem) -> tuple[HostState, int]:
     return replace(state, queues=tuple(queues)), slot_key(item.priority, tail)
 
 
-def pop(state: HostState) -> tuple[HostState, int | None]:
-    """Take the head slot of the highest non-empty priority (§1 per-host queue; None when all are empty)."""
+def pop(state: HostState, newest_first: bool = False) -> tuple[HostState, int | None]:
+    """Take the head slot of the highest non-empty priority (§1 per-host queue), or its tail slot when
+    `newest_first`; None when all are empty."""
     for priority, (head, tail) in enumerate(state.queues):
         if head < tail:
-            return _take(state, priority)
+            return _take(state, priority, newest_first)
     return state, None
 
 
-def _take(state: HostState, index: int) -> tuple[HostState, int]:
+def _take(state: HostState, index: int, newest: bool = False) -> tuple[HostState, int]:
+    """The head slot of queue `index` (its tail slot if `newest`); the range stays contiguous either way."""
     head, tail = state.queues[index]
     queues = list(state.queues)
-    queues[index] = (head + 1, tail) if head + 1 < tail else (0, 0)
-    return replace(state, queues=tuple(queues)), slot_key(index, head)
+    if head + 1 >= tail:
+        queues[index] = (0, 0)
+    else:
+        queues[index] = (head, tail - 1) if newest else (head + 1, tail)
+    return replace(state, queues=tuple(queues)), slot_key(index, tail - 1 if newest else head)
 
 
 def draw(seq: int, salt: int) -> float:
@@ -41,11 +46,11 @@ def draw(seq: int, salt: int) -> float:
     return ((z ^ (z >> 31)) >> 11) / float(1 << 53)
 
 
-def pop_lane(state: HostState, recrawl: RecrawlPolicy) -> tuple[HostState, int | None]:
+def pop_lane(state: HostState, recrawl: RecrawlPolicy, newest_first: bool = False) -> tuple[HostState, int | None]:
     """Take the next slot across both lanes (decision 1111): `split` picks
     recrawl or discovery by `recrawl_share` when both have URLs (the one that has, otherwise); the
-    discovery lane serves its highest priority first, the recrawl lane a tier by `choose_tier` over
-    `tier_weights`, so no tier starves. None when both lanes are empty."""
+    discovery lane serves its highest priority first (its newest URL if `newest_first`), the recrawl
+    lane a tier by `choose_tier` over `tier_weights`, so no tier starves. None when both lanes are empty."""
     discovery = [state.depth(p) > 0 for p in range(PRIORITIES)]
     tiers = [state.depth(PRIORITIES + t) > 0 for t in range(RECRAWL_TIERS)]
     seq = state.draws + 1
@@ -54,7 +59,7 @@ def pop_lane(state: HostState, recrawl: RecrawlPolicy) -> tuple[HostState, int |
         return state, None
     state = replace(state, draws=seq)
     if lane is Lane.DISCOVERY:
-        return _take(state, discovery.index(True))
+        return _take(state, discovery.index(True), newest_first)
     weights = tier_weights(recrawl) + (0.0,) * (RECRAWL_TIERS - recrawl.tiers)
     tier = choose_tier(weights, tiers, draw(seq, 2), recrawl.tier_floor)
     assert tier is not None  # split() chose this lane because a tier is non-empty
