@@ -217,12 +217,13 @@ def upgrade(cluster: FlinkCluster, *, job_id: str | None = None, overrides: Sequ
     run = run_command(cluster.home / "bin" / "flink", args, savepoint,
                       allow_non_restored_state=allow_non_restored_state)
     started = subprocess.run(run, env=cluster.env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
-    new = job_id_of(started.stdout + started.stderr)
+    output = started.stdout + started.stderr
+    new = job_id_of(output)
     if started.returncode != 0 or new is None:
         raise UpgradeError(f"job {old} is stopped and its state is in {savepoint}, but the new job did not start "
                            f"(flink run exit {started.returncode}); fix the cause and run by hand:\n"
-                           f"  {' '.join(run)}\n{(started.stdout + started.stderr)[-2000:]}"
-                           f"{unmapped_state_hint(started.stdout + started.stderr)}")
+                           f"  {' '.join(run)}\n{output[-2000:]}"
+                           f"{unmapped_state_hint(output)}")
     progress(f"new job: {new}")
     return Upgrade(old_job=old, savepoint=savepoint, new_job=new)
 
@@ -256,11 +257,12 @@ def restore(cluster: FlinkCluster, path: str, args: Sequence[str], *, accept_ret
     fresh_taskmanagers(cluster, progress)
     run = run_command(cluster.home / "bin" / "flink", args, path, allow_non_restored_state=allow_non_restored_state)
     started = subprocess.run(run, env=cluster.env(), cwd=ROOT, capture_output=True, text=True, timeout=timeout_s)
-    new = job_id_of(started.stdout + started.stderr)
+    output = started.stdout + started.stderr
+    new = job_id_of(output)
     if started.returncode != 0 or new is None:
         raise UpgradeError(f"the job did not start from {path} (flink run exit {started.returncode}):\n"
-                           f"  {' '.join(run)}\n{(started.stdout + started.stderr)[-2000:]}"
-                           f"{unmapped_state_hint(started.stdout + started.stderr)}")
+                           f"  {' '.join(run)}\n{output[-2000:]}"
+                           f"{unmapped_state_hint(output)}")
     progress(f"new job: {new}")
     return new
 

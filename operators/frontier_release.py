@@ -91,7 +91,7 @@ def _lease_page(frontier: HostFrontier, host: str, state: HostState, now: float,
     if state.renders:
         return _lease_render(frontier, host, state, now, controls)
     config = frontier.config
-    newest = config.policy.discovery_order == "newest_first"
+    newest = config.policy.newest_first
     state, slot = pop_lane(state, config.recrawl, newest) if config.recrawl_on else pop(state, newest)
     row = frontier.slots.get(slot)
     if row is None:

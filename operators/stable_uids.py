@@ -29,21 +29,14 @@ def pin_uids(added: Iterable[Any], upstream: Iterable[DataStream], prefix: str) 
     `prefix-1`, `prefix-2`... in the order of a walk from `added` towards the inputs, which is the same
     for the same planned query. A Table API sink named `prefix` has its writer under that uid and its
     committer under `Sink Committer: prefix` (Flink's pattern for a sink's parts). Returns the uids given."""
-    before = {t.getId() for stream in upstream
-              for t in stream._j_data_stream.getTransformation().getTransitivePredecessors()}
+    before = _reachable(stream._j_data_stream.getTransformation() for stream in upstream)
     physical = _physical_class()
     given: list[str] = []
-    seen: set[int] = set()
-    for end in added:
-        for transformation in end.getTransitivePredecessors():
-            key = transformation.getId()
-            if key in before or key in seen:
-                continue
-            seen.add(key)
-            if transformation.getUid() is None and physical.isInstance(transformation):
-                uid = f"{prefix}-{len(given)}" if given else prefix
-                transformation.setUid(uid)
-                given.append(uid)
+    for key, transformation in _reachable(added).items():
+        if key not in before and transformation.getUid() is None and physical.isInstance(transformation):
+            uid = f"{prefix}-{len(given)}" if given else prefix
+            transformation.setUid(uid)
+            given.append(uid)
     return given
 
 
@@ -59,10 +52,7 @@ def pin_remaining_uids(env: StreamExecutionEnvironment) -> list[str]:
     the second and later of the same name there, in the order they were added: the name stays as long
     as that part of the graph does. Returns the uids given."""
     physical = _physical_class()
-    every: dict[int, Any] = {}
-    for end in transformations_of(env):
-        for transformation in end.getTransitivePredecessors():
-            every.setdefault(transformation.getId(), transformation)
+    every = _reachable(transformations_of(env))
     given: list[str] = []
     taken = {t.getUid() for t in every.values() if t.getUid() is not None}
     for key in sorted(every):   # inputs are made before what reads them, so their uids come first
@@ -78,6 +68,16 @@ def pin_remaining_uids(env: StreamExecutionEnvironment) -> list[str]:
         taken.add(uid)
         given.append(uid)
     return given
+
+
+def _reachable(ends: Iterable[Any]) -> dict[int, Any]:
+    """Every transformation reachable from `ends` (Java transformations), by id, in the order of a walk
+    from each end towards its inputs."""
+    found: dict[int, Any] = {}
+    for end in ends:
+        for transformation in end.getTransitivePredecessors():
+            found.setdefault(transformation.getId(), transformation)
+    return found
 
 
 def _physical_class() -> Any:

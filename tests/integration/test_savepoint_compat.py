@@ -26,7 +26,6 @@ from types import SimpleNamespace
 
 import mmh3
 import pytest
-from pyflink.datastream import StreamExecutionEnvironment
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler.crawl import run_overrides, stop_with_savepoint
@@ -34,13 +33,12 @@ from crawler.flink_cluster import FlinkCluster
 from crawler.kafka_broker import KafkaBroker
 from crawler.ops import job_id_of, job_overview, wait_running
 from crawler.paths import ROOT
-from jobs.crawl import build_pipeline, configure_env, kafka_sinks, kafka_source
 from synthweb import load_log
+from tests.integration.test_job_graph import _built, _operators
 from tests.integration.test_recovery import (WEB_HOSTS, ClusterCrawl, _completed_checkpoints,
                                              _host_path, assert_pages_resolve, cluster, job_taskmanagers,
                                              lease_charges, politeness_violations, repeated_fetches)
 from tests.warc_validators import warcio_check
-from udfs.config import load_config
 from udfs.records import TOPIC_PAGES
 
 __all__ = ["cluster"]   # the two-TaskManager cluster fixture, shared with test_recovery
@@ -227,15 +225,9 @@ def test_only_the_state_of_operators_the_release_left_without_a_uid_is_left_behi
 
 def _own_uids(tmp_path: Path, connector_jar: Path) -> set[str]:
     """The uids the job's code gives its operators, not those decision 3915 derives for the rest."""
-    env = StreamExecutionEnvironment.get_execution_environment()
-    env.add_jars(connector_jar.as_uri())
-    config = load_config("", [f'job.warc_root="{tmp_path / "warc"}"'])
-    configure_env(env, config, sys.executable)
-    build_pipeline(env, kafka_source("127.0.0.1:9", "compat-test"), kafka_sinks("127.0.0.1:9"), config)
     derived = ("gather-discoveries", "kafka-sink", "Sink Committer: kafka-sink")
-    return {str(node.getTransformationUID()) for node in env._generate_stream_graph(False).getStreamNodes().toArray()
-            if node.getTransformationUID() is not None and "/" not in node.getTransformationUID()
-            and not node.getTransformationUID().startswith(derived)}
+    return {uid for uid in _operators(_built(tmp_path, connector_jar)) if uid and "/" not in uid
+            and not uid.startswith(derived)}
 
 
 def test_each_job_ran_its_own_trees_code(restored: SimpleNamespace) -> None:

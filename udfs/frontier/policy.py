@@ -91,6 +91,11 @@ class FrontierPolicy:
     discovery_order: str = "oldest_first"
 
     @property
+    def newest_first(self) -> bool:
+        """Whether a host's discovery queue serves the URL found last first (`discovery_order`)."""
+        return self.discovery_order == "newest_first"
+
+    @property
     def lease_budget_s(self) -> float:
         """The release target in force (0 = no bound): never more than a third of a lease."""
         return min(self.release_target_s, self.lease_timeout_s / 3.0)
