@@ -120,7 +120,8 @@ class WarcFiles:
         self._known: OrderedDict[str, _FileState] = OrderedDict()
         self._checked: OrderedDict[str, frozenset[tuple[int, int]]] = OrderedDict()   # other runs' files, checked
         self._backlog: list[tuple[str, bool]] = []   # staged files to upload: (relative path, left by a crash)
-        self._next_serial: dict[str, int] = {}          # with a store: the next serial number per folder
+        self._next_serial: dict[str, int] = {}          # the next serial number per folder this run wrote
+        self._listed: set[str] = set()                  # with a store: folders whose stored names were read
         self._failures_in_row = 0
         self._retry_at = 0.0
         self.syncs = 0             # how many times the files were synced
@@ -358,7 +359,7 @@ class WarcFiles:
             # "x": never append to (or overwrite) a file an earlier run may have left half-written.
             self._file = open(folder / name, "xb", buffering=0)
             self._index = open(folder / index_name(name), "xb", buffering=0)
-        except (OSError, UploadError) as exc:
+        except OSError as exc:
             self._close_handles()
             raise CaptureNotWritten(f"no new WARC file in {folder}: {exc}") from exc
         self._relative = f"{relative_folder}/{name}"
@@ -385,25 +386,39 @@ class WarcFiles:
             raise CaptureNotWritten(f"{self._path}: its first sync failed")
 
     def _take_serial(self, folder: Path, relative_folder: str) -> int:
-        """The next file's serial number: one past every file staged or stored in the folder."""
+        """The next file's serial number: one past every file staged in the folder, every one this run
+        numbered, and (with a store) every one stored there.
+
+        Staged files are deleted once uploaded, so the store knows numbers a new run has not seen. This
+        writer alone writes the folder: one LIST per folder and run is enough. A store out of reach does
+        not keep a file from opening (its captures wait for the upload like any other): the number is
+        then the local one and the LIST is asked again at the next file. The name stays unique without
+        it, since it holds the moment to the millisecond and the writer (udfs.warc_names)."""
         taken = [serial for name in os.listdir(folder) if (serial := warc_file_serial(name)) is not None]
-        if self._store is None:
-            return max(taken, default=-1) + 1
-        if relative_folder not in self._next_serial:
-            # Staged files are deleted once uploaded: the store knows the numbers already used. This
-            # writer alone writes the folder, so one LIST per folder and run is enough.
-            if self._failures_in_row and self._clock() < self._retry_at:
-                raise UploadError("the object store failed a moment ago; its names are unknown")
-            try:
-                names = self._store.names(relative_folder, retry=self._failures_in_row == 0)
-            except UploadError:
-                self._failed_try()
-                raise
-            taken += [serial for name in names if (serial := warc_file_serial(name)) is not None]
-            self._next_serial[relative_folder] = max(taken, default=-1) + 1
-        serial = max(self._next_serial[relative_folder], max(taken, default=-1) + 1)
+        serial = max(max(taken, default=-1) + 1, self._next_serial.get(relative_folder, 0))
+        if self._store is not None and relative_folder not in self._listed:
+            stored = self._stored_serials(relative_folder)
+            if stored is not None:
+                self._listed.add(relative_folder)
+                serial = max([serial, *(n + 1 for n in stored)])
         self._next_serial[relative_folder] = serial + 1
         return serial
+
+    def _stored_serials(self, relative_folder: str) -> list[int] | None:
+        """The serial numbers of the files stored in the folder; None while the store is out of reach
+        (it failed a moment ago, or fails now: counted as a failed try, with its backoff)."""
+        assert self._store is not None
+        if self._failures_in_row and self._clock() < self._retry_at:
+            return None
+        try:
+            names = self._store.names(relative_folder, retry=self._failures_in_row == 0)
+        except UploadError as exc:
+            wait = self._failed_try()
+            logging.getLogger(__name__).warning(
+                "warc writer %d: the store's file names are out of reach (next try in %.1f s), numbering "
+                "%s from the staged files: %s", self._subtask, wait, relative_folder, exc)
+            return None
+        return [serial for name in names if (serial := warc_file_serial(name)) is not None]
 
     def _upload(self, relative: str, recovered: bool, retry: bool) -> None:
         assert self._store is not None

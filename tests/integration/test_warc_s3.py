@@ -175,6 +175,41 @@ def test_a_failed_upload_keeps_the_file_staged_backs_off_and_releases_once_store
     assert next(iter(ArchiveIterator(io.BytesIO(gzip.decompress(member))))).rec_type == "response"
 
 
+def test_a_writer_whose_first_file_opens_while_the_store_is_down_holds_the_capture_and_numbers_past_the_store_later(
+        policy, root, tmp_path) -> None:
+    # A run's first file in a folder asks the store which numbers it holds. Down then, the capture must
+    # wait for the store like any other, never end as not archived (its page would be fetched again
+    # and again for as long as the store is down).
+    earlier = Archive(policy, root, tmp_path / "earlier", max_file_bytes=1)
+    for i in range(3):   # the store holds serials 0-2 of the folder
+        earlier.feed(parse_result(CASES["page"]), at=T0 + i)
+    client = make_client(policy)
+    kept = {item["Key"]: get_whole(policy, f"s3://{root.bucket}/{item['Key']}")
+            for item in client.list_objects_v2(Bucket=root.bucket)["Contents"]}
+    for key in kept:
+        client.delete_object(Bucket=root.bucket, Key=key)
+    client.delete_bucket(Bucket=root.bucket)
+
+    patient = dataclasses.replace(policy, upload_retry_initial_s=5.0, upload_retry_max_s=20.0)
+    archive = Archive(patient, root, tmp_path / "now", max_file_age_s=10.0)
+    assert archive.feed(parse_result(CASES["page"]), at=T0 + 100) == []
+    assert len(archive.held) == 1 and archive.files.upload_failures == 1, "held, not lost"
+    assert archive.archiver.lost == 0
+    client.create_bucket(Bucket=root.bucket)
+    for key, body in kept.items():
+        client.put_object(Bucket=root.bucket, Key=key, Body=body)
+
+    # Past the file's age and the backoff: the file is stored, the next one opens (the store answers the LIST).
+    released = archive.feed(parse_result(CASES["gzip-truncated"]), at=T0 + 120)
+    assert completed_urls(released) == [CASES["page"]["url"]]
+    (page,) = pages(released)
+    assert warc_file_serial(page["warc_path"].rsplit("/", 1)[1]) == 0, "numbered from the staged files meanwhile"
+    member = get_range(policy, page["warc_path"], page["warc_offset"], page["warc_length"])
+    assert next(iter(ArchiveIterator(io.BytesIO(gzip.decompress(member))))).rec_type == "response"
+    (later,) = pages(archive.feed(parse_result(CASES["dns"]), at=T0 + 200))
+    assert warc_file_serial(later["warc_path"].rsplit("/", 1)[1]) == 3, "numbered past every file stored"
+
+
 def test_staged_files_of_a_crashed_run_are_uploaded_never_deleted_and_their_held_events_released(
         policy, root, tmp_path) -> None:
     crashed = Archive(policy, root, tmp_path)
