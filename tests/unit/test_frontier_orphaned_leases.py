@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 
+import pytest
+
 from operators.frontier_config import HostFrontierConfig
 from operators.frontier_metrics import METRICS
 from operators.host_frontier import HostFrontier
@@ -223,3 +225,43 @@ def test_a_capture_the_writer_lost_puts_the_url_back_uncharged() -> None:
     assert out.matched and out.orphaned and out.record is None
     assert out.requeue is not None and out.requeue.attempt == 1 and out.requeue.url.endswith("/lost")
     assert state.lease is None and state.backoff_s == 10.0 and state.parse_strikes == 0
+
+
+def test_captures_lost_in_a_row_hold_the_host_longer_each_time_until_a_kept_page_ends_the_run() -> None:
+    # A writer that keeps nothing (a full disk) would otherwise cost each host a request at every turn.
+    policy = FrontierPolicy(not_archived_hold_s=10.0, not_archived_hold_max_s=60.0)
+    state, req = leased(known(crawl_delay=2.0), item("/lost"))
+    holds, now = [], NOW
+    for _ in range(5):
+        now += 1.0
+        state, out = on_completion(state, completion(req, fetch_status="not_archived", capture=None), now, policy)
+        assert out.matched and out.orphaned and out.requeue is not None and out.requeue.attempt == 0
+        holds.append(state.next_allowed_at - now)
+        now = state.next_allowed_at
+        state, _ = pop(state)
+        state, req, _ = lease_page(state, out.requeue, AllowAll(), HOST, now, policy)
+    assert holds == [10.0, 20.0, 40.0, 60.0, 60.0] and state.unarchived == 5 and state.backoff_s == 0.0
+    state, out = on_completion(state, completion(req), now + 1.0, policy)
+    assert out.matched and state.unarchived == 0
+    assert state.next_allowed_at == now + 1.0 + 2.0, "a kept page: the ordinary gap again"
+
+
+def test_a_host_row_keeps_its_losses_in_a_row_and_an_older_row_reads_as_none() -> None:
+    assert HostState.from_row(HostState(unarchived=3).to_row()).unarchived == 3
+    assert '"unarchived"' not in HostState().to_row()
+
+
+def test_without_a_hold_a_lost_capture_waits_only_the_ordinary_gap() -> None:
+    state, req = leased(known(crawl_delay=2.0), item("/lost"))
+    state, _ = on_completion(state, completion(req, fetch_status="not_archived", capture=None), NOW + 1,
+                             FrontierPolicy(not_archived_hold_s=0.0))
+    assert state.next_allowed_at == NOW + 1 + 2.0 and state.unarchived == 1
+
+
+@pytest.mark.parametrize("settings, name", [({"not_archived_hold_s": -1.0}, "not_archived_hold_s"),
+                                            ({"not_archived_hold_max_s": float("inf")}, "not_archived_hold_max_s"),
+                                            ({"not_archived_hold_s": 20.0, "not_archived_hold_max_s": 10.0},
+                                             "exceeds")])
+def test_a_bad_not_archived_hold_is_refused_with_its_name(settings: dict, name: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        FrontierPolicy(**settings)

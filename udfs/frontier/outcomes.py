@@ -100,7 +100,7 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
         return state, Outcome(False)
     fetch_status = event.get("fetch_status")
     if fetch_status == FetchStatus.NOT_ARCHIVED.value:   # the writer lost the capture, not the host: again, uncharged
-        return orphan_lease(state, now, politeness)
+        return not_archived(state, now, policy, politeness)
     http_status = event.get("http_status")
     retry_after = _number(event.get("retry_after"))
     health = classify_health(fetch_status if isinstance(fetch_status, str) else FetchStatus.ERROR.value,
@@ -108,7 +108,7 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
     parse_limit = event.get("parse_limit")
     hostile = isinstance(parse_limit, str) and parse_limit in HOSTILE_PARSE_LIMITS
     fetch_s = (_number(event.get("fetch_ms")) or 0.0) / 1000.0
-    state = _paced(replace(state, lease=None, ip=learned_ip(state, event)),
+    state = _paced(replace(state, lease=None, ip=learned_ip(state, event), unarchived=0),
                    Health.HOSTILE if hostile and health is Health.HEALTHY else health, fetch_s, retry_after, now,
                    politeness, _number(event.get("done_at")))
     if hostile:
@@ -137,6 +137,25 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
                               url=lease.item.url)
     record = UrlRecord(UrlStatus.GONE if http_status in GONE_STATUSES else UrlStatus.DONE, now, etag, modified)
     return state, Outcome(True, record, lease.item.fp, recrawl=lease.item.recrawl)
+
+
+def not_archived(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
+                 politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
+    """A page completion the WARC writer could not keep (decisions 3781, 3794): the lease ends as an
+    orphan (the URL back at the attempt it had, nothing charged), and the host is held for
+    `unarchived_hold_s` of its losses in a row, so a writer that stays broken (a full disk) does not
+    make every host fetch a page at each turn that nothing can keep."""
+    losses = min(state.unarchived + 1, 1 << 30)
+    state, outcome = orphan_lease(state, now, politeness)
+    held_until = now + unarchived_hold_s(losses, policy)
+    return replace(state, unarchived=losses, next_allowed_at=max(state.next_allowed_at, held_until)), outcome
+
+
+def unarchived_hold_s(losses: int, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> float:
+    """The hold after `losses` (>= 1) page completions in a row ended not archived: `not_archived_hold_s`,
+    doubled for each loss after the first, at most `not_archived_hold_max_s`."""
+    doubling = 2.0 ** min(max(losses - 1, 0), 62)
+    return min(policy.not_archived_hold_max_s, policy.not_archived_hold_s * doubling)
 
 
 def parse_strike(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> HostState:

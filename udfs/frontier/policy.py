@@ -58,6 +58,13 @@ class FrontierPolicy:
         host is held; each such page also counts as a failure for the host's backoff (3; decision 3702).
     parse_strike_hold_s: how long a host at `max_parse_strikes` is held: no request of it goes out until
         then, and every further strike holds it again (1 day).
+    not_archived_hold_s: how long a host whose page the WARC writer could not keep (a full disk: its
+        completion ends `not_archived`, the URL goes back uncharged) is held before its next request;
+        each further such completion in a row doubles it, and one kept page ends the run, so a
+        writer that stays broken costs each host a few requests an outage rather than one a turn
+        (10 s; 0 holds for the host's ordinary gap only; decision 3794).
+    not_archived_hold_max_s: the cap on that hold, also about how long a host waits at most to
+        resume once the writer keeps pages again (600 s).
     max_lease_extension_s: how far past the deadline it was issued with a page lease may be pushed by the
         WARC writer's `lease_extend` events while its capture waits to be durable (an object-store
         outage): each one sets the deadline to `lease_timeout_s` from when it is read, never past this
@@ -88,6 +95,8 @@ class FrontierPolicy:
     max_parse_strikes: int = 3
     parse_strike_hold_s: float = 86_400.0
     max_lease_extension_s: float = 3_600.0
+    not_archived_hold_s: float = 10.0
+    not_archived_hold_max_s: float = 600.0
     discovery_order: str = "oldest_first"
 
     @property
@@ -117,6 +126,13 @@ class FrontierPolicy:
         if not math.isfinite(self.max_lease_extension_s) or self.max_lease_extension_s < 0:
             raise ValueError(f"frontier.max_lease_extension_s must be a finite number >= 0 (0 = no extension), "
                              f"got {self.max_lease_extension_s!r}")
+        for name in ("not_archived_hold_s", "not_archived_hold_max_s"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"frontier.{name} must be a finite number >= 0, got {value!r}")
+        if self.not_archived_hold_s > self.not_archived_hold_max_s:
+            raise ValueError(f"frontier.not_archived_hold_s ({self.not_archived_hold_s!r}) exceeds "
+                             f"frontier.not_archived_hold_max_s ({self.not_archived_hold_max_s!r})")
         if not math.isfinite(self.release_target_s) or self.release_target_s < 0:
             raise ValueError(f"frontier.release_target_s must be a finite number >= 0 (0 = no bound), "
                              f"got {self.release_target_s!r}")

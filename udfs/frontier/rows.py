@@ -367,6 +367,7 @@ class HostState:
     - traps: `trap_summary`, `growth_since`, `growth_urls`;
     - this run's transient structures: `bloom_epoch` (the seen-URL filter), `gauge_epoch` (the gauges);
     - content signals: `quality` (duplicates), `signals` (recrawl statistics), `parse_strikes`;
+    - the archive: `unarchived` (its page completions in a row the WARC writer could not keep);
     - opt-out and soft 404: `tdmrep_expires_at`, `tdmrep_found`, `probe`;
     - budgets and importance: `budget`, `domain`, `census_at`, `seeded`, `min_depth`, `inlinks`,
       `lists_sitemap`;
@@ -412,6 +413,7 @@ class HostState:
     render_mode: str = "auto"       # "auto", "always" or "never" (udfs.render_select.RENDER_MODES)
     renders: tuple[QueuedRender, ...] = ()  # renders waiting, first out first (at most MAX_QUEUED_RENDERS)
     hop: HandedOnHop | None = None  # the robots.txt or tdmrep.json redirect hop to lease next (decision 3909)
+    unarchived: int = 0             # its page completions in a row that ended not archived (decision 3794)
 
     @property
     def queued(self) -> int:
@@ -469,6 +471,8 @@ class HostState:
             row["renders"] = [r.to_row() for r in self.renders]
         if self.hop is not None:
             row["hop"] = self.hop.to_row()
+        if self.unarchived:
+            row["unarchived"] = self.unarchived
         return compact_json.dumps(row)
 
     @staticmethod
@@ -480,7 +484,7 @@ class HostState:
         before version 5 never probed for soft 404s (probed at the next release when turned on), rows
         before version 6 with a full budget and no importance signals yet. A row without `render_mode`
         reads as "auto" (an unknown mode too), without `renders` as none waiting; a malformed render is
-        left out; a row without a well-formed `hop` has none."""
+        left out; a row without a well-formed `hop` has none; one without `unarchived`, no loss in a row."""
         if row is None:
             return HostState()
         data = compact_json.loads(row)
@@ -521,6 +525,7 @@ class HostState:
             render_mode=_render_mode(data.get("render_mode")),
             renders=tuple(r for r in map(QueuedRender.from_row, data.get("renders") or ()) if r is not None),
             hop=HandedOnHop.from_row(data.get("hop")),
+            unarchived=data.get("unarchived", 0),
         )
 
 
