@@ -68,17 +68,12 @@ def fill(disk: Path) -> Path:
     """Write zeros to a file on `disk` until it has no byte left; the file, to delete to free it."""
     filler = disk / "filler"
     with open(filler, "wb", buffering=0) as handle:
-        chunk = bytes(1 << 20)
-        try:
-            while True:
-                handle.write(chunk)
-        except OSError:
-            pass
-        try:   # the last partial chunk's room
-            while True:
-                handle.write(bytes(4096))
-        except OSError:
-            pass
+        for size, most in ((1 << 20, DISK_BYTES >> 20), (4096, 256)):   # MiBs, then the last MiB's room
+            try:
+                for _ in range(most + 1):
+                    handle.write(bytes(size))
+            except OSError:
+                continue
     return filler
 
 

@@ -100,7 +100,7 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
         return state, Outcome(False)
     fetch_status = event.get("fetch_status")
     if fetch_status == FetchStatus.NOT_ARCHIVED.value:   # the writer lost the capture, not the host: again, uncharged
-        return not_archived(state, now, policy, politeness)
+        return on_not_archived(state, now, policy, politeness)
     http_status = event.get("http_status")
     retry_after = _number(event.get("retry_after"))
     health = classify_health(fetch_status if isinstance(fetch_status, str) else FetchStatus.ERROR.value,
@@ -139,8 +139,8 @@ def on_completion(state: HostState, event: dict[str, Any], now: float,
     return state, Outcome(True, record, lease.item.fp, recrawl=lease.item.recrawl)
 
 
-def not_archived(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
-                 politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
+def on_not_archived(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY,
+                    politeness: PolitenessPolicy = DEFAULT_POLITENESS_POLICY) -> tuple[HostState, Outcome]:
     """A page completion the WARC writer could not keep (decisions 3781, 3794): the lease ends as an
     orphan (the URL back at the attempt it had, nothing charged), and the host is held for
     `unarchived_hold_s` of its losses in a row, so a writer that stays broken (a full disk) does not
