@@ -9,6 +9,8 @@ import dataclasses
 import math
 import re
 
+from udfs.numbers import doubled_wait
+
 S3_SCHEME = "s3://"
 # S3 bucket naming rules (lower-case letters, digits, dots, hyphens; 3-63 characters; starts and ends
 # with a letter or digit). Checked up front so a typo fails at start-up, not at the first roll.
@@ -131,7 +133,7 @@ class StoragePolicy:
         upload_retry_initial_s doubled per further failure, at most upload_retry_max_s."""
         if failures < 1:
             return 0.0
-        return min(self.upload_retry_max_s, self.upload_retry_initial_s * 2.0 ** min(failures - 1, 60))
+        return doubled_wait(self.upload_retry_initial_s, failures, self.upload_retry_max_s)
 
     def upload_args(self) -> dict[str, str]:
         """Extra PutObject arguments for the configured server-side encryption (none by default)."""

@@ -8,6 +8,7 @@ from typing import Any
 
 from udfs.politeness import (DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy, classify_health, next_allowed_at,
                              next_backoff)
+from udfs.numbers import doubled_wait
 from udfs.records import HOSTILE_PARSE_LIMITS, FetchStatus
 from udfs.recrawl import Change, FetchOutcome, RecrawlPolicy, UrlHistory, change_rate, classify, next_due, observe
 from udfs.frontier.policy import DEFAULT_FRONTIER_POLICY, FrontierPolicy
@@ -154,8 +155,7 @@ def on_not_archived(state: HostState, now: float, policy: FrontierPolicy = DEFAU
 def unarchived_hold_s(losses: int, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> float:
     """The hold after `losses` (>= 1) page completions in a row ended not archived: `not_archived_hold_s`,
     doubled for each loss after the first, at most `not_archived_hold_max_s`."""
-    doubling = 2.0 ** min(max(losses - 1, 0), 62)
-    return min(policy.not_archived_hold_max_s, policy.not_archived_hold_s * doubling)
+    return doubled_wait(policy.not_archived_hold_s, losses, policy.not_archived_hold_max_s)
 
 
 def parse_strike(state: HostState, now: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> HostState:

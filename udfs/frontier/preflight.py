@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from udfs.politeness import DEFAULT_POLITENESS_POLICY, Health, PolitenessPolicy, classify_health
+from udfs.numbers import doubled_wait
 from udfs.records import FetchStatus
 from udfs.soft404 import ProbeRow, Soft404Policy, no_answer, preflight_answer
 from udfs.robots import (DEFAULT_ROBOTS_POLICY, RFC_MIN_REDIRECTS, RobotsOutcome, RobotsPolicy, RobotsVerdict,
@@ -113,8 +114,7 @@ def robots_outcome(fetch_status: Any, http_status: Any,
 def robots_retry_delay(failures: int, first_s: float, policy: FrontierPolicy = DEFAULT_FRONTIER_POLICY) -> float:
     """Seconds before retrying an unreachable robots.txt after `failures` failures in a row:
     `first_s` (RobotsPolicy.unreachable_ttl_s), doubling, capped at robots_retry_max_s."""
-    exponent = min(max(failures - 1, 0), 60)
-    return min(policy.robots_retry_max_s, first_s * (2.0 ** exponent))
+    return doubled_wait(first_s, failures, policy.robots_retry_max_s)
 
 
 def _robots_failed(state: HostState, now: float, delay_s: float | None, policy: FrontierPolicy,
