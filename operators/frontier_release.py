@@ -174,19 +174,22 @@ def _uncounted(name: str) -> None:
 
 
 def next_wake(frontier: HostFrontier, state: HostState, now: float, controls: HostControls,
-              budget_full: bool) -> int:
+              budget_full: bool, had_lease: bool) -> int:
     """The host's next timer (ms, 0 = none): when its next lease may go out, a poll while an operator
-    halts it, or the release budget's next slot when the budget turned it away."""
-    config = frontier.config
+    halts it, or a wake for room in the release budget: when the budget turned it away, or when hosts
+    turned away hold the room that frees before it is ready (decision 1845). `had_lease`: the host
+    held a lease before this call, so its registered timer is that lease's deadline."""
+    config, budget = frontier.config, frontier.budget
     wake = wake_ms(state, now, frontier.leases_tdmrep, config.soft404, config.budgets)
     if controls.halted and state.lease is None and (state.queued or state.renders):
         wake = timer_ms(now + config.policy.control_poll_s)  # look again: an unblock or resume applies
-    elif budget_full:
-        if state.timer_ms > wake:   # already waiting for room (an event reached it): keeps its slot
+    elif budget is not None and (budget_full or (wake and state.lease is None
+                                                 and budget.queued_past(wake / 1000.0, now))):
+        if not had_lease and state.timer_ms > wake:   # waits for room already (an event reached it)
             wake = state.timer_ms
-        else:                       # turned away: reserves the pacer's next slot
-            frontier.count("budget_waits")
-            wake = timer_ms(frontier.budget.wake_at(now))
+        else:                   # reserves the pacer's next slot (never before the host is ready)
+            frontier.count("budget_waits" if budget_full else "budget_queued")
+            wake = max(wake, timer_ms(budget.wake_at(now)))
     if wake and config.recrawl_on and wake % config.due_bucket_ms == 0:
         wake += 1  # never on a due bucket's time: deleting this timer must not delete that one
     return wake

@@ -285,7 +285,7 @@ class HostFrontier:
             state = replace(state, census_at=now)
             census = (host_seen(host),)
             self.count("census_asked")
-        wake = frontier_release.next_wake(self, state, now, controls, budget_full)
+        wake = frontier_release.next_wake(self, state, now, controls, budget_full, before.lease is not None)
         old = state.timer_ms
         state = replace(state, timer_ms=wake)
         if state.oldest_due and not state.recrawl_queued:

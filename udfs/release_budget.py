@@ -13,6 +13,9 @@ free room, so the bound, not the pacer, limits releases (a pacer at the measured
 rate at whatever it measured first). A slot never lies more than `HORIZON_TARGETS` × `target_s` ahead:
 later hosts wake at a random point of the second half of that horizon and look again, so each waiting
 host looks at most about once per horizon / 2 (a wake-up costs a timer and a host-state write).
+A host whose lease comes back does not wait for its gap's end only to be turned away then: while the
+pacer's slots reach past the time it is ready and the hosts they wake by then outnumber the room
+(`queued_past`), it takes the next slot at once (decision 1845).
 
 The budget also brakes on the discovery backlog (decision 1843): the frontier reads discovered links
 from `crawl.frontier` with the CPU the page path leaves, and each batch says when its page was fetched.
@@ -36,7 +39,7 @@ from udfs.numbers import is_finite_number
 RATE_WINDOW_S = 5.0      # completions are counted over windows this long
 RATE_WEIGHT = 0.5        # weight of the newest window in the moving rate
 PACE_FACTOR = 2.0        # wake slots come this much faster than completions free room
-HORIZON_TARGETS = 2.0    # no wake slot further ahead than this many targets
+HORIZON_TARGETS = 4.0    # no wake slot further ahead than this many targets
 GRACE_S = 60.0           # a lease this long past its deadline is forgotten even if no expiry said so
 BRAKE_HOLD_S = 30.0      # a discovery-lag reading counts this long: hosts braked wake after half to all of it
 MAX_LAG_S = 3650 * 86400.0   # a batch whose page was fetched longer ago than this is malformed, not late
@@ -115,13 +118,28 @@ class ReleaseBudget:
         brake is on, hosts look again once the reading that set it has lapsed, spread over its second half."""
         if self.braked(now):
             return now + BRAKE_HOLD_S * self._random.uniform(0.5, 1.0)
-        pace = PACE_FACTOR * max(self.rate, self.floor / self.target_s)
-        slot = max(self._next_slot, now) + 1.0 / pace
+        slot = max(self._next_slot, now) + 1.0 / self._pace()
         horizon = HORIZON_TARGETS * self.target_s
         if slot > now + horizon:   # the pacer is a full horizon ahead: spread the rest over its second half
             return now + horizon * self._random.uniform(0.5, 1.0)
         self._next_slot = slot
         return slot
+
+    def queued_past(self, ready_at: float, now: float) -> bool:
+        """Whether the room until `ready_at` goes to hosts turned away before: the brake is on, or
+        the pacer's slots reach past `ready_at` and the hosts they wake by then outnumber the room
+        there is now and the room completions free by then. A host ready only at `ready_at` would then
+        be turned away, so it waits for room at once (decision 1845)."""
+        if self.braked(now):
+            return True
+        pace = self._pace()
+        if max(self._next_slot, now) + 1.0 / pace <= ready_at:
+            return False
+        ahead = max(0.0, ready_at - now)
+        return self.cap - len(self._out) + self.rate * ahead <= pace * ahead
+
+    def _pace(self) -> float:
+        return PACE_FACTOR * max(self.rate, self.floor / self.target_s)
 
     def _roll(self, now: float) -> None:
         elapsed = now - self._window_start
