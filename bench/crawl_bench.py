@@ -612,8 +612,8 @@ def render_markdown(result: Mapping[str, Any]) -> str:
             lines.append(f"- Ours, frontier in the window (decision 1618): {budget['leases_out']:,.0f} leases out on "
                          f"average, bound {budget['leases_cap']:,.0f}, completions {budget['completions_per_min'] / 60:,.1f}/s; "
                          f"{leases / seconds:,.1f} leases/s, {budget['budget_waits'] / seconds:,.1f} hosts/s turned away "
-                         f"for room, {budget['budget_queued'] / seconds:,.1f} hosts/s back from a lease sent to wait for "
-                         f"room at once (decision 1845), {budget['leases_expired']:,.0f} leases expired.")
+                         f"for room, {budget['budget_queued'] / seconds:,.1f} hosts/s not yet ready sent to wait for room "
+                         f"at once (decision 1845), {budget['leases_expired']:,.0f} leases expired.")
             if budget.get("release_to_fetch_p50_ms"):
                 lines.append("- Ours, where a page lease waits (decision 1833; window means of the frontier's gauges): "
                              f"release → fetch start p50 {budget['release_to_fetch_p50_ms'] / 1000:,.2f} s, "

@@ -23,8 +23,8 @@ METRICS = tuple(v.value for v in Verdict) + TRAP_METRICS + (
     # tdmrep.json leases, files found, hosts without one (any non-2xx, expiry, or robots.txt
     # disallowing it), and released pages whose file rule reserves TDM (FetchRequest.tdm_file = 1)
     "tdmrep_leased", "tdmrep_found", "tdmrep_absent", "tdm_file_reserved",
-    # a ready host turned away because the subtask had its bound of leases out; a host whose lease came
-    # back sent to wait for room at once, the bound full and hosts queued ahead of it
+    # a ready host turned away because the subtask had its bound of leases out; a host not ready yet
+    # (mostly one whose lease just came back) sent to wait for room at once, hosts turned away holding it
     "budget_waits", "budget_queued",
     # decision 3702: pages that ended at a hostile parse limit, and hosts held for reaching max_parse_strikes
     "parse_strikes", "hosts_held_parse_strikes",

@@ -118,7 +118,7 @@ class ReleaseBudget:
         brake is on, hosts look again once the reading that set it has lapsed, spread over its second half."""
         if self.braked(now):
             return now + BRAKE_HOLD_S * self._random.uniform(0.5, 1.0)
-        slot = max(self._next_slot, now) + 1.0 / self._pace()
+        slot = self._slot(now)
         horizon = HORIZON_TARGETS * self.target_s
         if slot > now + horizon:   # the pacer is a full horizon ahead: spread the rest over its second half
             return now + horizon * self._random.uniform(0.5, 1.0)
@@ -132,14 +132,17 @@ class ReleaseBudget:
         be turned away, so it waits for room at once (decision 1845)."""
         if self.braked(now):
             return True
-        pace = self._pace()
-        if max(self._next_slot, now) + 1.0 / pace <= ready_at:
+        if self._slot(now) <= ready_at:
             return False
         ahead = max(0.0, ready_at - now)
-        return self.cap - len(self._out) + self.rate * ahead <= pace * ahead
+        return self.cap - len(self._out) + self.rate * ahead <= self._pace() * ahead
 
     def _pace(self) -> float:
         return PACE_FACTOR * max(self.rate, self.floor / self.target_s)
+
+    def _slot(self, now: float) -> float:
+        """The pacer's next free slot at `now` (not reserved)."""
+        return max(self._next_slot, now) + 1.0 / self._pace()
 
     def _roll(self, now: float) -> None:
         elapsed = now - self._window_start
